@@ -1,0 +1,261 @@
+// Package config parses and validates the rdma-netns network configuration.
+package config
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"regexp"
+	"strings"
+
+	"github.com/containernetworking/cni/pkg/types"
+	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/cni/pkg/version"
+)
+
+// SupportedVersions are the CNI versions rdma-netns speaks. Versions before
+// 0.3.0 have no prevResult, and a meta-plugin cannot work without one.
+var SupportedVersions = []string{"0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"}
+
+const (
+	// DefaultStateDir holds one record per attachment.
+	DefaultStateDir = "/var/lib/cni/rdma-netns"
+	// MaxConfigSize bounds stdin: a network config is a few KiB, and a
+	// runaway caller must not make the plugin allocate without limit.
+	MaxConfigSize = 1 << 20
+)
+
+// QoS is the RoCE type of service and traffic class applied to the device
+// once it is in the pod.
+type QoS struct {
+	ToS *int `json:"tos,omitempty"`
+	TC  *int `json:"tc,omitempty"`
+}
+
+// NetConf is the plugin's entry in a conflist.
+type NetConf struct {
+	types.PluginConf
+
+	// RdmaDevice names the RDMA device to move, bypassing discovery.
+	RdmaDevice string `json:"rdmaDevice,omitempty"`
+	// DeviceID and PCIBusID are set by Multus / SR-IOV style configs: a PCI
+	// address or an auxiliary device name.
+	DeviceID string `json:"deviceID,omitempty"`
+	PCIBusID string `json:"pciBusID,omitempty"`
+	// AllowSharedMode lets ADD pass the result through unchanged (with a
+	// warning) when the RDMA subsystem is in shared mode.
+	AllowSharedMode bool `json:"allowSharedMode,omitempty"`
+	// RdmaDevName renames the device inside the pod.
+	RdmaDevName string `json:"rdmaDevName,omitempty"`
+	RdmaQoS     *QoS   `json:"rdmaQoS,omitempty"`
+
+	StateDir string `json:"stateDir,omitempty"`
+	LogFile  string `json:"logFile,omitempty"`
+	LogLevel string `json:"logLevel,omitempty"`
+
+	RuntimeConfig struct {
+		DeviceID          string `json:"deviceID,omitempty"`
+		CNIDeviceInfoFile string `json:"CNIDeviceInfoFile,omitempty"`
+	} `json:"runtimeConfig,omitempty"`
+
+	Args *struct {
+		CNI *PerPodArgs `json:"cni,omitempty"`
+	} `json:"args,omitempty"`
+
+	// Result is prevResult converted to the current result type; nil when
+	// the runtime sent none.
+	Result *current.Result `json:"-"`
+	// CNIArgs are the rdma-netns keys found in CNI_ARGS.
+	CNIArgs PerPodArgs `json:"-"`
+}
+
+// PerPodArgs are the settings a pod may pass through CNI_ARGS or args.cni.
+type PerPodArgs struct {
+	RdmaDevice  string `json:"rdmaDevice,omitempty"`
+	RdmaDevName string `json:"rdmaDevName,omitempty"`
+}
+
+// rdmaNameRe accepts the names the kernel and udev give RDMA devices
+// (mlx5_0, irdma1, rocep47s0f0, rxe_eth1). The kernel limit is 63 bytes.
+var rdmaNameRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]{0,62}$`)
+
+// deviceIDRe accepts PCI addresses and auxiliary device names.
+var deviceIDRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$`)
+
+var logLevels = map[string]bool{"": true, "error": true, "warn": true, "warning": true, "info": true, "debug": true}
+
+// Parse decodes and validates stdin and CNI_ARGS. It does not require a
+// prevResult: ADD asks for one, DEL and GC work without.
+func Parse(stdin []byte, cniArgs string) (*NetConf, error) {
+	if len(stdin) > MaxConfigSize {
+		return nil, fmt.Errorf("network configuration is %d bytes, more than the %d this plugin accepts", len(stdin), MaxConfigSize)
+	}
+	conf := &NetConf{}
+	if err := json.Unmarshal(stdin, conf); err != nil {
+		return nil, fmt.Errorf("failed to parse network configuration: %v", err)
+	}
+	if conf.StateDir == "" {
+		conf.StateDir = DefaultStateDir
+	}
+	args, err := parseCNIArgs(cniArgs)
+	if err != nil {
+		return nil, err
+	}
+	conf.CNIArgs = args
+	if err := conf.validate(); err != nil {
+		return nil, err
+	}
+	if conf.RawPrevResult != nil {
+		if err := version.ParsePrevResult(&conf.PluginConf); err != nil {
+			return nil, fmt.Errorf("could not parse prevResult: %v", err)
+		}
+		res, err := current.NewResultFromResult(conf.PrevResult)
+		if err != nil {
+			return nil, fmt.Errorf("could not convert prevResult to version %s: %v", current.ImplementedSpecVersion, err)
+		}
+		conf.Result = res
+	}
+	return conf, nil
+}
+
+func (c *NetConf) validate() error {
+	if c.CNIVersion != "" && !supported(c.CNIVersion) {
+		return fmt.Errorf("cniVersion %q is not supported: use one of %s (versions before 0.3.0 carry no prevResult)", c.CNIVersion, strings.Join(SupportedVersions, ", "))
+	}
+	var errs []error
+	for _, f := range []struct{ field, val string }{
+		{"rdmaDevice", c.RdmaDevice},
+		{"args.cni.rdmaDevice", c.argsCNI().RdmaDevice},
+		{"CNI_ARGS rdmaDevice", c.CNIArgs.RdmaDevice},
+		{"rdmaDevName", c.RdmaDevName},
+		{"args.cni.rdmaDevName", c.argsCNI().RdmaDevName},
+		{"CNI_ARGS rdmaDevName", c.CNIArgs.RdmaDevName},
+	} {
+		if f.val != "" && !rdmaNameRe.MatchString(f.val) {
+			errs = append(errs, fmt.Errorf("%s %q is not a valid RDMA device name (letters, digits, '_', '.', ':', '-', at most 63 characters)", f.field, f.val))
+		}
+	}
+	for _, f := range []struct{ field, val string }{
+		{"deviceID", c.DeviceID},
+		{"pciBusID", c.PCIBusID},
+		{"runtimeConfig.deviceID", c.RuntimeConfig.DeviceID},
+	} {
+		if f.val != "" && !deviceIDRe.MatchString(f.val) {
+			errs = append(errs, fmt.Errorf("%s %q is not a PCI address or auxiliary device name", f.field, f.val))
+		}
+	}
+	for _, f := range []struct{ field, val string }{
+		{"stateDir", c.StateDir},
+		{"logFile", c.LogFile},
+		{"runtimeConfig.CNIDeviceInfoFile", c.RuntimeConfig.CNIDeviceInfoFile},
+	} {
+		if f.val != "" && (!filepath.IsAbs(f.val) || strings.ContainsRune(f.val, 0)) {
+			errs = append(errs, fmt.Errorf("%s %q must be an absolute path", f.field, f.val))
+		}
+	}
+	if !logLevels[strings.ToLower(c.LogLevel)] {
+		errs = append(errs, fmt.Errorf("logLevel %q is not one of error, warn, info, debug", c.LogLevel))
+	}
+	if q := c.RdmaQoS; q != nil {
+		if q.ToS == nil && q.TC == nil {
+			errs = append(errs, errors.New("rdmaQoS is set but names neither tos nor tc"))
+		}
+		if q.ToS != nil && (*q.ToS < 0 || *q.ToS > 255) {
+			errs = append(errs, fmt.Errorf("rdmaQoS.tos %d is out of range 0-255", *q.ToS))
+		}
+		if q.TC != nil && (*q.TC < 0 || *q.TC > 255) {
+			errs = append(errs, fmt.Errorf("rdmaQoS.tc %d is out of range 0-255", *q.TC))
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("invalid rdma-netns configuration: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+func (c *NetConf) argsCNI() PerPodArgs {
+	if c.Args == nil || c.Args.CNI == nil {
+		return PerPodArgs{}
+	}
+	return *c.Args.CNI
+}
+
+// Source says where a setting came from, for the log.
+type Source struct {
+	Value string
+	From  string
+}
+
+// ExplicitDevice is the RDMA device the operator or the pod named, if any.
+// CNI_ARGS and args.cni are per pod and so win over the network's setting.
+func (c *NetConf) ExplicitDevice() Source {
+	return first(
+		Source{c.CNIArgs.RdmaDevice, "CNI_ARGS rdmaDevice"},
+		Source{c.argsCNI().RdmaDevice, "args.cni.rdmaDevice"},
+		Source{c.RdmaDevice, "rdmaDevice"},
+	)
+}
+
+// DeviceIDSource is the device ID a device plugin handed over, if any. The
+// runtime's value is specific to this pod, so it wins over the static ones.
+func (c *NetConf) DeviceIDSource() Source {
+	return first(
+		Source{c.RuntimeConfig.DeviceID, "runtimeConfig.deviceID"},
+		Source{c.DeviceID, "deviceID"},
+		Source{c.PCIBusID, "pciBusID"},
+	)
+}
+
+// PodDevName is the name the device should carry inside the pod, if any.
+func (c *NetConf) PodDevName() Source {
+	return first(
+		Source{c.CNIArgs.RdmaDevName, "CNI_ARGS rdmaDevName"},
+		Source{c.argsCNI().RdmaDevName, "args.cni.rdmaDevName"},
+		Source{c.RdmaDevName, "rdmaDevName"},
+	)
+}
+
+func first(srcs ...Source) Source {
+	for _, s := range srcs {
+		if s.Value != "" {
+			return s
+		}
+	}
+	return Source{}
+}
+
+func supported(v string) bool {
+	for _, s := range SupportedVersions {
+		if s == v {
+			return true
+		}
+	}
+	return false
+}
+
+// parseCNIArgs picks the rdma-netns keys out of CNI_ARGS. Runtimes put
+// their own keys there (K8S_POD_NAME, IgnoreUnknown), so unknown keys are
+// not an error.
+func parseCNIArgs(s string) (PerPodArgs, error) {
+	var a PerPodArgs
+	if s == "" {
+		return a, nil
+	}
+	for _, pair := range strings.Split(s, ";") {
+		if pair == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(pair, "=")
+		if !ok {
+			return a, fmt.Errorf("CNI_ARGS entry %q is not KEY=VALUE", pair)
+		}
+		switch k {
+		case "rdmaDevice":
+			a.RdmaDevice = v
+		case "rdmaDevName":
+			a.RdmaDevName = v
+		}
+	}
+	return a, nil
+}

@@ -1,0 +1,217 @@
+// Package rdmadev finds, in the host's sysfs, the RDMA device that belongs to
+// a network device, so the plugin can move that RDMA device into the pod's
+// network namespace together with the netdev.
+//
+// Everything here reads the kernel's device model (/sys/devices and the
+// class and bus views of it) rather than matching names: RDMA device names
+// are chosen by drivers and udev (mlx5_0, irdma0, rocep71s0f0, rxe0) and say
+// nothing reliable about which netdev they serve, but both hang off the same
+// device in the tree.
+package rdmadev
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+)
+
+// Sysfs reads the kernel's device model under Root ("/sys" in production;
+// tests point it at fixture trees).
+type Sysfs struct{ Root string }
+
+// Device is an RDMA device visible in the host's sysfs.
+type Device struct {
+	// Name is the RDMA device name as the kernel knows it (netlink/sysfs),
+	// e.g. mlx5_0.
+	Name string
+	// DevPath is the resolved absolute path of its parent device, e.g.
+	// <Root>/devices/pci0000:3a/0000:3a:00.0/0000:3b:00.0. Empty if the
+	// parent could not be resolved; such a device never matches.
+	DevPath string
+	// PCIAddress is the PCI function enclosing it (DevPath itself or its
+	// nearest ancestor on bus pci), "" if none.
+	PCIAddress string
+}
+
+// Devices returns every RDMA device in <Root>/class/infiniband, sorted by
+// name. A missing class directory means no RDMA core or driver is loaded,
+// which is an empty list rather than an error: the caller decides whether
+// that is fatal and can say so in its own terms.
+func (s Sysfs) Devices() ([]Device, error) {
+	classDir := filepath.Join(s.Root, "class", "infiniband")
+	entries, err := os.ReadDir(classDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return []Device{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list RDMA devices in %s: %w", classDir, err)
+	}
+	devs := make([]Device, 0, len(entries))
+	for _, e := range entries {
+		d, ok, err := s.device(classDir, e.Name())
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			devs = append(devs, d)
+		}
+	}
+	slices.SortFunc(devs, func(a, b Device) int { return strings.Compare(a.Name, b.Name) })
+	return devs, nil
+}
+
+// device reads one class/infiniband entry. ok is false when the entry
+// vanished while we looked: another pod's ADD may be moving it out of the
+// host netns right now, and that must not fail this pod's ADD.
+func (s Sysfs) device(classDir, name string) (d Device, ok bool, err error) {
+	parent, err := filepath.EvalSymlinks(filepath.Join(classDir, name, "device"))
+	if err == nil {
+		return Device{Name: name, DevPath: parent, PCIAddress: s.PCIAddressOf(parent)}, true, nil
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return Device{}, false, fmt.Errorf("resolve parent device of RDMA device %s: %w", name, err)
+	}
+	if _, serr := os.Stat(filepath.Join(classDir, name)); errors.Is(serr, fs.ErrNotExist) {
+		return Device{}, false, nil
+	}
+	// Still listed but without a resolvable parent: keep it so error
+	// messages can show the operator what the host has.
+	return Device{Name: name}, true, nil
+}
+
+// BusDevicePath resolves <Root>/bus/<bus>/devices/<name> to the device's
+// directory under <Root>/devices. bus and name come from pod-controlled
+// configuration, so they must each be one plain path element. A missing
+// device yields an error that satisfies errors.Is(err, fs.ErrNotExist).
+func (s Sysfs) BusDevicePath(bus, name string) (string, error) {
+	if err := validName("bus name", bus); err != nil {
+		return "", err
+	}
+	if err := validName("device name", name); err != nil {
+		return "", err
+	}
+	link := filepath.Join(s.Root, "bus", bus, "devices", name)
+	p, err := filepath.EvalSymlinks(link)
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", &notFoundError{fmt.Sprintf(
+			"no %s device %q on this host: %s does not exist; check the device ID and that the device is present and its driver bound",
+			bus, name, link)}
+	}
+	if err != nil {
+		return "", fmt.Errorf("resolve %s device %q: %w", bus, name, err)
+	}
+	return p, nil
+}
+
+// PathForDeviceID resolves a device ID as Multus and device plugins pass it:
+// a PCI address, full ("0000:3b:00.0") or short ("3b:00.0", domain 0000),
+// in any case, on bus pci; otherwise an auxiliary device name such as
+// mlx5_core.sf.2 (SR-IOV sub-functions, scalable functions) on bus
+// auxiliary.
+func (s Sysfs) PathForDeviceID(id string) (string, error) {
+	if id == "" {
+		return "", fmt.Errorf("empty device ID: expected a PCI address (e.g. 0000:3b:00.0) or an auxiliary device name (e.g. mlx5_core.sf.2)")
+	}
+	if addr, ok := normalizePCIAddress(id); ok {
+		p, err := s.BusDevicePath("pci", addr)
+		if errors.Is(err, fs.ErrNotExist) {
+			return "", &notFoundError{fmt.Sprintf(
+				"device ID %q: no PCI function %s on this host (%s does not exist); check the deviceID the device plugin passed and that the device is present",
+				id, addr, filepath.Join(s.Root, "bus", "pci", "devices", addr))}
+		}
+		return p, err
+	}
+	if err := validName("device ID", id); err != nil {
+		return "", fmt.Errorf("%w; expected a PCI address (e.g. 0000:3b:00.0) or an auxiliary device name (e.g. mlx5_core.sf.2)", err)
+	}
+	p, err := s.BusDevicePath("auxiliary", id)
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", &notFoundError{fmt.Sprintf(
+			"device ID %q is not a PCI address and no auxiliary device of that name exists (%s does not exist); expected a PCI address (e.g. 0000:3b:00.0) or an auxiliary device name (e.g. mlx5_core.sf.2)",
+			id, filepath.Join(s.Root, "bus", "auxiliary", "devices", id))}
+	}
+	return p, err
+}
+
+// PCIAddressOf returns the nearest PCI function at or above devPath, "" if
+// none. A PCI device directory is recognised by its `subsystem` link to
+// bus/pci, not by its name: bridges, virtio children and auxiliary devices
+// have names that look alike, and only the link is authoritative.
+func (s Sysfs) PCIAddressOf(devPath string) string {
+	if devPath == "" {
+		return ""
+	}
+	root := filepath.Clean(s.Root)
+	for dir := filepath.Clean(devPath); ; dir = filepath.Dir(dir) {
+		if onBus(dir, "pci") {
+			return filepath.Base(dir)
+		}
+		if dir == root || dir == filepath.Dir(dir) {
+			return ""
+		}
+	}
+}
+
+// onBus reports whether the device directory dir belongs to bus.
+func onBus(dir, bus string) bool {
+	target, err := os.Readlink(filepath.Join(dir, "subsystem"))
+	if err != nil {
+		return false
+	}
+	return filepath.Base(target) == bus && filepath.Base(filepath.Dir(target)) == "bus"
+}
+
+// pciAddressRe matches [domain:]bus:device.function; domains wider than four
+// digits exist (Intel VMD), so the domain is not fixed-width.
+var pciAddressRe = regexp.MustCompile(`^(?:([0-9a-f]{4,8}):)?([0-9a-f]{2}):([0-9a-f]{2})\.([0-7])$`)
+
+// normalizePCIAddress returns the address as sysfs spells it: lower case
+// with a domain.
+func normalizePCIAddress(id string) (string, bool) {
+	m := pciAddressRe.FindStringSubmatch(strings.ToLower(id))
+	if m == nil {
+		return "", false
+	}
+	domain := m[1]
+	if domain == "" {
+		domain = "0000"
+	}
+	return fmt.Sprintf("%s:%s:%s.%s", domain, m[2], m[3], m[4]), true
+}
+
+// validName rejects anything that is not exactly one path element, because
+// the value is joined into a path under Root.
+func validName(kind, v string) error {
+	switch {
+	case v == "":
+		return fmt.Errorf("empty %s", kind)
+	case v == ".", strings.Contains(v, ".."), strings.ContainsAny(v, "/\\\x00"):
+		return fmt.Errorf("invalid %s %q: must be a single sysfs name without '/' or '..'", kind, v)
+	}
+	return nil
+}
+
+// notFoundError carries a precise message while still answering
+// errors.Is(err, fs.ErrNotExist), so callers can tell "absent" from "broken"
+// without the message repeating the raw lstat error.
+type notFoundError struct{ msg string }
+
+func (e *notFoundError) Error() string        { return e.msg }
+func (e *notFoundError) Is(target error) bool { return target == fs.ErrNotExist }
+
+// FallbackFunction returns the PCI function whose RDMA devices may serve the
+// device at devPath when none sits under devPath itself: its enclosing PCI
+// function, except for auxiliary devices. An mlx5 sub-function has its own
+// RDMA device; when that one is gone (already in a pod), falling back to the
+// PF's device would hand the host's RDMA device to this pod.
+func (s Sysfs) FallbackFunction(devPath string) string {
+	if onBus(devPath, "auxiliary") {
+		return ""
+	}
+	return s.PCIAddressOf(devPath)
+}

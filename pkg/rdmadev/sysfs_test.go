@@ -1,0 +1,188 @@
+package rdmadev
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/rdma-netns/rdma-netns/pkg/rdmadev/sysfstest"
+)
+
+func TestDevices(t *testing.T) {
+	tr := mlx5Card(t)
+	tr.Device("", "virtual")
+	tr.RDMA("virtual", "siw0") // a parent that is not on any bus
+	got, err := Sysfs{Root: tr.Root}.Devices()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Device{
+		{"mlx5_0", tr.Path(mlxPF0), "0000:3b:00.0"},
+		{"mlx5_1", tr.Path(mlxPF1), "0000:3b:00.1"},
+		{"mlx5_2", tr.Path(mlxSF2), "0000:3b:00.0"},
+		{"mlx5_4", tr.Path(mlxVF), "0000:3b:00.2"},
+		{"siw0", tr.Path("virtual"), ""},
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("Devices:\n got %+v\nwant %+v", got, want)
+	}
+}
+
+func TestDevicesWithoutRDMA(t *testing.T) {
+	tr := sysfstest.New(t)
+	tr.PCI(mlxPF0)
+	tr.Netdev(mlxPF0, "ens1f0")
+	got, err := Sysfs{Root: tr.Root}.Devices()
+	if err != nil || got == nil || len(got) != 0 {
+		t.Fatalf("Devices = %v, %v; want empty list, nil", got, err)
+	}
+}
+
+func TestDevicesUnresolvableParent(t *testing.T) {
+	tr := sysfstest.New(t)
+	tr.PCI(mlxPF0)
+	tr.RDMA(mlxPF0, "mlx5_0")
+	dir := filepath.Join(tr.Root, "class", "infiniband", "mlx5_0")
+	if err := os.Remove(filepath.Join(dir, "device")); err != nil {
+		t.Fatal(err)
+	}
+	// A class link whose target vanished: the device left the host netns
+	// between listing and resolving.
+	if err := os.Symlink("../../devices/gone/infiniband/mlx5_9", filepath.Join(tr.Root, "class", "infiniband", "mlx5_9")); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Sysfs{Root: tr.Root}.Devices()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []Device{{Name: "mlx5_0"}}; !slices.Equal(got, want) {
+		t.Fatalf("Devices = %+v, want %+v", got, want)
+	}
+}
+
+func TestPathForDeviceID(t *testing.T) {
+	tr := mlx5Card(t)
+	s := Sysfs{Root: tr.Root}
+	for _, tc := range []struct{ id, want string }{
+		{"0000:3b:00.0", mlxPF0},
+		{"3b:00.0", mlxPF0},
+		{"0000:3B:00.1", mlxPF1},
+		{"3B:00.2", mlxVF},
+		{"mlx5_core.sf.2", mlxSF2},
+	} {
+		got, err := s.PathForDeviceID(tc.id)
+		if err != nil {
+			t.Errorf("PathForDeviceID(%q): %v", tc.id, err)
+			continue
+		}
+		if got != tr.Path(tc.want) {
+			t.Errorf("PathForDeviceID(%q) = %s, want %s", tc.id, got, tr.Path(tc.want))
+		}
+	}
+}
+
+func TestPathForDeviceIDErrors(t *testing.T) {
+	tr := mlx5Card(t)
+	// Something a traversal would reach if names were not validated.
+	if err := os.MkdirAll(filepath.Join(tr.Root, "bus", "auxiliary", "etc"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s := Sysfs{Root: tr.Root}
+	for _, tc := range []struct {
+		id       string
+		notExist bool
+		msg      string
+	}{
+		{"", false, `empty device ID: expected a PCI address (e.g. 0000:3b:00.0) or an auxiliary device name (e.g. mlx5_core.sf.2)`},
+		{"../etc", false, `invalid device ID "../etc": must be a single sysfs name without '/' or '..'; expected a PCI address`},
+		{"..", false, `invalid device ID ".."`},
+		{".", false, `invalid device ID "."`},
+		{"mlx5_core.sf.2/..", false, `invalid device ID`},
+		{"3b:00.7", true, `device ID "3b:00.7": no PCI function 0000:3b:00.7 on this host (` + tr.Root + `/bus/pci/devices/0000:3b:00.7 does not exist)`},
+		{"mlx5_core.sf.9", true, `device ID "mlx5_core.sf.9" is not a PCI address and no auxiliary device of that name exists (` + tr.Root + `/bus/auxiliary/devices/mlx5_core.sf.9 does not exist)`},
+		{"unknown", true, `device ID "unknown" is not a PCI address`},
+		{"0000:3b:00.8", true, `device ID "0000:3b:00.8" is not a PCI address`}, // function is 0-7
+	} {
+		got, err := s.PathForDeviceID(tc.id)
+		if err == nil {
+			t.Errorf("PathForDeviceID(%q) = %q, want error", tc.id, got)
+			continue
+		}
+		if !strings.Contains(err.Error(), tc.msg) {
+			t.Errorf("PathForDeviceID(%q) error %q, want it to contain %q", tc.id, err, tc.msg)
+		}
+		if errors.Is(err, fs.ErrNotExist) != tc.notExist {
+			t.Errorf("PathForDeviceID(%q): errors.Is(err, fs.ErrNotExist) = %v, want %v", tc.id, !tc.notExist, tc.notExist)
+		}
+	}
+}
+
+func TestBusDevicePath(t *testing.T) {
+	tr := virtioVM(t, true)
+	s := Sysfs{Root: tr.Root}
+	got, err := s.BusDevicePath("virtio", "virtio1")
+	if err != nil || got != tr.Path(virtioChild1) {
+		t.Fatalf("BusDevicePath(virtio, virtio1) = %q, %v; want %q", got, err, tr.Path(virtioChild1))
+	}
+	_, err = s.BusDevicePath("virtio", "virtio7")
+	want := `no virtio device "virtio7" on this host: ` + tr.Root + `/bus/virtio/devices/virtio7 does not exist; check the device ID and that the device is present and its driver bound`
+	if err == nil || err.Error() != want || !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("missing device: %v, want %q", err, want)
+	}
+	for _, tc := range []struct{ bus, name string }{
+		{"", "virtio1"}, {"virtio", ""}, {"..", "virtio1"}, {"virtio/../pci", "x"}, {"virtio", "a..b"},
+	} {
+		if got, err := s.BusDevicePath(tc.bus, tc.name); err == nil || errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("BusDevicePath(%q, %q) = %q, %v; want a validation error", tc.bus, tc.name, got, err)
+		}
+	}
+}
+
+func TestPCIAddressOf(t *testing.T) {
+	tr := mlx5Card(t)
+	// A directory named like a PCI function but not on bus pci must not be
+	// taken for one.
+	fake := tr.Device("platform", "platform/0000:3b:00.5")
+	vm := virtioVM(t, true)
+	for _, tc := range []struct {
+		root, path, want string
+	}{
+		{tr.Root, tr.Path(mlxPF0), "0000:3b:00.0"},
+		{tr.Root, tr.Path(mlxSF2), "0000:3b:00.0"},
+		{tr.Root, tr.Path(mlxPF0 + "/infiniband/mlx5_0"), "0000:3b:00.0"},
+		{tr.Root, tr.Path(mlxVF), "0000:3b:00.2"},
+		{tr.Root, tr.Path(mlxBridge), "0000:3a:00.0"},
+		{tr.Root, tr.Path("pci0000:3a"), ""},
+		{tr.Root, fake, ""},
+		{tr.Root, "", ""},
+		{vm.Root, vm.Path(virtioChild1), "0000:00:04.0"},
+	} {
+		if got := (Sysfs{Root: tc.root}).PCIAddressOf(tc.path); got != tc.want {
+			t.Errorf("PCIAddressOf(%s) = %q, want %q", tc.path, got, tc.want)
+		}
+	}
+}
+
+func TestNormalizePCIAddress(t *testing.T) {
+	for _, tc := range []struct {
+		in, want string
+		ok       bool
+	}{
+		{"0000:3b:00.0", "0000:3b:00.0", true},
+		{"3b:00.0", "0000:3b:00.0", true},
+		{"3B:1F.7", "0000:3b:1f.7", true},
+		{"10000:e1:00.0", "10000:e1:00.0", true}, // VMD domain
+		{"0000:3b:00", "", false},
+		{"0000:3b:00.0 ", "", false},
+		{"mlx5_core.sf.2", "", false},
+	} {
+		got, ok := normalizePCIAddress(tc.in)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("normalizePCIAddress(%q) = %q, %v; want %q, %v", tc.in, got, ok, tc.want, tc.ok)
+		}
+	}
+}

@@ -1,0 +1,188 @@
+// Package rdmans moves RDMA devices between network namespaces through
+// RDMA netlink, the same interface `rdma dev set ... netns` uses.
+package rdmans
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// The kernel's two netns modes for the RDMA subsystem.
+const (
+	ModeExclusive = "exclusive"
+	ModeShared    = "shared"
+)
+
+// ErrNoRDMA means the kernel has no RDMA netlink at all: ib_core is not
+// loaded or not built.
+var ErrNoRDMA = errors.New("the kernel's RDMA subsystem does not answer (is ib_core loaded?)")
+
+// Netlink is the production implementation, talking to the running kernel.
+type Netlink struct{}
+
+// NetnsMode reports the RDMA subsystem's netns mode.
+func (Netlink) NetnsMode() (string, error) {
+	mode, err := netlink.RdmaSystemGetNetnsMode()
+	if err != nil {
+		return "", classify(err)
+	}
+	return mode, nil
+}
+
+// InHost reports whether the named device is in the caller's netns.
+func (Netlink) InHost(name string) (bool, error) {
+	_, found, err := find(name)
+	return found, err
+}
+
+// HostDevices lists the RDMA devices of the caller's netns.
+func (Netlink) HostDevices() ([]string, error) {
+	links, err := list()
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, 0, len(links))
+	for _, l := range links {
+		names = append(names, l.Attrs.Name)
+	}
+	return names, nil
+}
+
+// InNetns reports whether the named device is in the netns at nsPath.
+func (Netlink) InNetns(nsPath, name string) (bool, error) {
+	var found bool
+	err := ns.WithNetNSPath(nsPath, func(ns.NetNS) error {
+		var err error
+		_, found, err = find(name)
+		return err
+	})
+	return found, err
+}
+
+// DevicesIn lists the RDMA devices in the netns at nsPath.
+func (Netlink) DevicesIn(nsPath string) ([]string, error) {
+	var names []string
+	err := ns.WithNetNSPath(nsPath, func(ns.NetNS) error {
+		var err error
+		names, err = Netlink{}.HostDevices()
+		return err
+	})
+	return names, err
+}
+
+// MoveToNetns moves a device of the caller's netns into the netns at nsPath.
+func (Netlink) MoveToNetns(name, nsPath string) error {
+	target, err := netns.GetFromPath(nsPath)
+	if err != nil {
+		return fmt.Errorf("failed to open netns %s: %v", nsPath, err)
+	}
+	defer target.Close()
+	link, found, err := find(name)
+	if err != nil {
+		return err
+	}
+	if !found {
+		return fmt.Errorf("RDMA device %s is not in the host network namespace", name)
+	}
+	if err := netlink.RdmaLinkSetNsFd(link, uint32(target)); err != nil {
+		return fmt.Errorf("failed to move RDMA device %s into netns %s: %v", name, nsPath, classify(err))
+	}
+	return nil
+}
+
+// MoveToHost moves a device from the netns at nsPath back to the caller's
+// netns. The kernel looks the device up in the netns of the netlink socket,
+// so the request must come from inside the pod.
+func (Netlink) MoveToHost(name, nsPath string) error {
+	return ns.WithNetNSPath(nsPath, func(host ns.NetNS) error {
+		link, found, err := find(name)
+		if err != nil {
+			return err
+		}
+		if !found {
+			return fmt.Errorf("RDMA device %s is not in netns %s", name, nsPath)
+		}
+		if err := netlink.RdmaLinkSetNsFd(link, uint32(host.Fd())); err != nil {
+			return fmt.Errorf("failed to move RDMA device %s from netns %s back to the host: %v", name, nsPath, classify(err))
+		}
+		return nil
+	})
+}
+
+// Rename renames a device in the netns at nsPath ("" for the caller's).
+func (Netlink) Rename(nsPath, from, to string) error {
+	rename := func() error {
+		link, found, err := find(from)
+		if err != nil {
+			return err
+		}
+		if !found {
+			return fmt.Errorf("RDMA device %s not found", from)
+		}
+		if err := netlink.RdmaLinkSetName(link, to); err != nil {
+			return fmt.Errorf("failed to rename RDMA device %s to %s: %v", from, to, classify(err))
+		}
+		return nil
+	}
+	if nsPath == "" {
+		return rename()
+	}
+	return ns.WithNetNSPath(nsPath, func(ns.NetNS) error { return rename() })
+}
+
+// NetdevParent returns the bus and name of the device behind a netdev in the
+// netns at nsPath, as the kernel reports it (IFLA_PARENT_DEV_*). Virtual
+// netdevs such as veth have none and return empty strings.
+func (Netlink) NetdevParent(nsPath, ifName string) (bus, dev string, err error) {
+	err = ns.WithNetNSPath(nsPath, func(ns.NetNS) error {
+		link, err := netlink.LinkByName(ifName)
+		if err != nil {
+			return fmt.Errorf("failed to find netdev %s in netns %s: %v", ifName, nsPath, err)
+		}
+		bus, dev = link.Attrs().ParentDevBus, link.Attrs().ParentDev
+		return nil
+	})
+	return bus, dev, err
+}
+
+func find(name string) (*netlink.RdmaLink, bool, error) {
+	links, err := list()
+	if err != nil {
+		return nil, false, err
+	}
+	for _, l := range links {
+		if l.Attrs.Name == name {
+			return l, true, nil
+		}
+	}
+	return nil, false, nil
+}
+
+// list retries dumps the kernel marked as interrupted: a device moving
+// while we read must not make us believe it is gone.
+func list() ([]*netlink.RdmaLink, error) {
+	for i := 0; ; i++ {
+		links, err := netlink.RdmaLinkList()
+		if errors.Is(err, netlink.ErrDumpInterrupted) && i < 5 {
+			runtime.Gosched()
+			continue
+		}
+		if err != nil {
+			return nil, classify(err)
+		}
+		return links, nil
+	}
+}
+
+func classify(err error) error {
+	if errors.Is(err, unix.EPROTONOSUPPORT) || errors.Is(err, unix.EAFNOSUPPORT) {
+		return fmt.Errorf("%w: %v", ErrNoRDMA, err)
+	}
+	return err
+}

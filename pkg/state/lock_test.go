@@ -1,0 +1,181 @@
+package state
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Two Lock calls in one process open the lock file separately, so they get
+// two open file descriptions and contend exactly as two processes would.
+func TestLockContentionAndTimeout(t *testing.T) {
+	s := newStore(t)
+	unlock := lockT(t, s)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := s.Lock(ctx)
+	if err == nil {
+		t.Fatal("second Lock succeeded while the first is held")
+	}
+	if waited := time.Since(start); waited < 90*time.Millisecond {
+		t.Errorf("second Lock gave up after %v, before its deadline", waited)
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("error %v does not wrap context.DeadlineExceeded", err)
+	}
+	if !strings.Contains(err.Error(), s.LockPath()) {
+		t.Errorf("error %q does not name the lock file %s", err, s.LockPath())
+	}
+	t.Logf("timeout error: %v", err)
+
+	// A waiter gets the lock as soon as it is released.
+	got := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		u, err := s.Lock(ctx)
+		if err == nil {
+			err = u()
+		}
+		got <- err
+	}()
+	select {
+	case err := <-got:
+		t.Fatalf("waiter returned while the lock is held: %v", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	unlock()
+	if err := <-got; err != nil {
+		t.Fatalf("waiter: %v", err)
+	}
+
+	// Cancellation is reported as such.
+	unlock = lockT(t, s)
+	defer unlock()
+	ctx, cancel = context.WithCancel(context.Background())
+	go func() { time.Sleep(20 * time.Millisecond); cancel() }()
+	if _, err := s.Lock(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Lock with canceled context = %v, want context.Canceled", err)
+	}
+}
+
+func TestUnlockIdempotent(t *testing.T) {
+	s := newStore(t)
+	unlock, err := s.Lock(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := unlock(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lockT(t, s)()
+}
+
+// A lock file removed by hand must not let two holders coexist, one on the
+// unlinked inode and one on the new file.
+func TestLockFileRemovedWhileHeld(t *testing.T) {
+	s := newStore(t)
+	unlock := lockT(t, s)
+	if err := os.Remove(s.LockPath()); err != nil {
+		t.Fatal(err)
+	}
+	unlock2 := lockT(t, s) // gets the new file
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := s.Lock(ctx); err == nil {
+		t.Fatal("third Lock succeeded while the new lock file is held")
+	}
+	unlock()
+	unlock2()
+}
+
+const helperEnv = "RDMA_NETNS_STATE_LOCK_HELPER_DIR"
+
+// TestLockHelperProcess is not a real test: it is the child process of
+// TestLockAcrossProcesses. It takes the lock, says so, and holds it until
+// its stdin is closed.
+func TestLockHelperProcess(t *testing.T) {
+	dir := os.Getenv(helperEnv)
+	if dir == "" {
+		t.Skip("helper process for TestLockAcrossProcesses")
+	}
+	s, err := New(dir)
+	if err != nil {
+		fmt.Println("error:", err)
+		os.Exit(1)
+	}
+	unlock, err := s.Lock(context.Background())
+	if err != nil {
+		fmt.Println("error:", err)
+		os.Exit(1)
+	}
+	fmt.Println("locked")
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	_ = unlock()
+	os.Exit(0)
+}
+
+func startLockHolder(t *testing.T, s *Store) (*exec.Cmd, io.WriteCloser) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestLockHelperProcess$")
+	cmd.Env = append(os.Environ(), helperEnv+"="+s.Dir())
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil || line != "locked\n" {
+		t.Fatalf("helper process did not take the lock: %q, %v", line, err)
+	}
+	return cmd, stdin
+}
+
+func TestLockAcrossProcesses(t *testing.T) {
+	s := newStore(t)
+
+	// The child releases the lock on request.
+	cmd, stdin := startLockHolder(t, s)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if _, err := s.Lock(ctx); err == nil {
+		t.Fatal("Lock succeeded while another process holds it")
+	}
+	stdin.Close()
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("helper process: %v", err)
+	}
+	lockT(t, s)()
+
+	// A holder that dies without unlocking does not leave the node locked.
+	cmd, _ = startLockHolder(t, s)
+	ctx, cancel = context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if _, err := s.Lock(ctx); err == nil {
+		t.Fatal("Lock succeeded while another process holds it")
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	lockT(t, s)()
+}

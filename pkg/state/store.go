@@ -1,0 +1,286 @@
+// Package state records which RDMA device belongs to which CNI attachment
+// on this node, so DEL, CHECK and GC find the device again after the ADD
+// process is gone, and so two pods can never own the same device.
+//
+// Each attachment is one JSON file, replaced atomically. Callers serialize
+// read-modify-write sequences across processes with Store.Lock; the
+// individual methods do not lock, so a caller can hold the lock across a
+// whole ADD (check ownership, write "moving", move, write "attached").
+package state
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// DefaultDir sits next to the state of the reference CNI plugins.
+const DefaultDir = "/var/lib/cni/rdma-netns"
+
+const (
+	dirPerm  = 0o700
+	filePerm = 0o600
+
+	lockFileName = "lock"
+	// tempPrefix cannot collide with record names, which are lowercase hex.
+	tempPrefix = ".tmp-"
+	// staleTempAge decides when a temp file is a crashed writer's leftover.
+	// Removing a live writer's temp file would only fail its rename, but a
+	// writer takes microseconds, so anything this old is certainly dead.
+	staleTempAge = 10 * time.Minute
+)
+
+// Store is a state directory. It holds no open files; it is safe for
+// concurrent use as far as the file system allows, but read-modify-write
+// sequences need Lock.
+type Store struct {
+	dir string
+}
+
+// New opens the state directory, creating it (and parents) if needed. An
+// empty dir means DefaultDir. The directory is forced to mode 0700 because
+// it reveals which pods hold which devices.
+func New(dir string) (*Store, error) {
+	if dir == "" {
+		dir = DefaultDir
+	}
+	if !filepath.IsAbs(dir) {
+		return nil, fmt.Errorf("rdma-netns state directory %q must be an absolute path", dir)
+	}
+	dir = filepath.Clean(dir)
+	if err := os.MkdirAll(dir, dirPerm); err != nil {
+		return nil, fmt.Errorf("creating rdma-netns state directory: %w", err)
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return nil, fmt.Errorf("checking rdma-netns state directory: %w", err)
+	}
+	if !fi.IsDir() {
+		return nil, fmt.Errorf("rdma-netns state directory %s exists but is not a directory; remove it or configure another path", dir)
+	}
+	if fi.Mode().Perm() != dirPerm {
+		if err := os.Chmod(dir, dirPerm); err != nil {
+			return nil, fmt.Errorf("restricting permissions of rdma-netns state directory %s to %o: %w", dir, dirPerm, err)
+		}
+	}
+	return &Store{dir: dir}, nil
+}
+
+// Dir returns the absolute, cleaned state directory.
+func (s *Store) Dir() string { return s.dir }
+
+// Path returns the file that holds (or would hold) the record for k. It is
+// meant for messages; the key is not validated.
+func (s *Store) Path(k Key) string { return filepath.Join(s.dir, k.fileName()) }
+
+// Get returns the record for k, an error matching ErrNotFound if there is
+// none, or one matching ErrCorrupt if the file cannot be trusted.
+func (s *Store) Get(k Key) (*Record, error) {
+	if err := k.Validate(); err != nil {
+		return nil, err
+	}
+	r, err := s.read(k.fileName())
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%w for %s", ErrNotFound, k)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// read loads and checks one record file. A missing file is returned as an
+// fs.ErrNotExist error, unwrapped by CorruptError.
+func (s *Store) read(name string) (*Record, error) {
+	path := filepath.Join(s.dir, name)
+	// O_NOFOLLOW: nothing legitimate puts a symlink here, and following one
+	// would let whoever planted it choose what we believe about a device.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, err
+		}
+		if errors.Is(err, syscall.ELOOP) {
+			return nil, &CorruptError{Path: path, Err: errors.New("is a symbolic link")}
+		}
+		return nil, fmt.Errorf("reading rdma-netns state: %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxRecordSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("reading rdma-netns state: %w", err)
+	}
+	r, err := DecodeRecord(data)
+	if err != nil {
+		var ce *CorruptError
+		if errors.As(err, &ce) {
+			return nil, &CorruptError{Path: path, Err: ce.Err}
+		}
+		return nil, err
+	}
+	// A copied or hand-edited file would otherwise make one attachment's
+	// record answer for another.
+	if want := r.Key.fileName(); want != name {
+		return nil, &CorruptError{Path: path, Err: fmt.Errorf("holds the record of %s, which belongs in %s", r.Key, want)}
+	}
+	return r, nil
+}
+
+// Put validates r and atomically replaces the record for r.Key. It sets
+// r.Version, and r.Created if zero. Callers must hold the lock when the
+// write depends on what they read.
+func (s *Store) Put(r *Record) error {
+	if r == nil {
+		return errors.New("rdma-netns state: cannot store a nil record")
+	}
+	r.Version = SchemaVersion
+	if r.Created.IsZero() {
+		r.Created = time.Now().UTC()
+	}
+	if err := r.validate(); err != nil {
+		return fmt.Errorf("refusing to store rdma-netns state for %s: %w", r.Key, err)
+	}
+	data, err := r.encode()
+	if err != nil {
+		return err
+	}
+	if err := s.writeAtomic(r.Key.fileName(), data); err != nil {
+		return fmt.Errorf("storing rdma-netns state for %s: %w", r.Key, err)
+	}
+	return nil
+}
+
+// writeAtomic makes sure a reader, or the next process after a crash or
+// power loss, sees either the old record or the new one, never a torn or
+// empty file: write and fsync a temp file, rename it over the target, then
+// fsync the directory so the rename itself is durable.
+func (s *Store) writeAtomic(name string, data []byte) (err error) {
+	tmp, err := os.CreateTemp(s.dir, tempPrefix+"*")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	// CreateTemp already uses 0600; be explicit since it is the contract.
+	if err = tmp.Chmod(filePerm); err != nil {
+		return err
+	}
+	if _, err = tmp.Write(data); err != nil {
+		return err
+	}
+	if err = tmp.Sync(); err != nil {
+		return err
+	}
+	if err = tmp.Close(); err != nil {
+		return err
+	}
+	if err = os.Rename(tmp.Name(), filepath.Join(s.dir, name)); err != nil {
+		return err
+	}
+	return s.syncDir()
+}
+
+func (s *Store) syncDir() error {
+	d, err := os.Open(s.dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("syncing directory %s: %w", s.dir, err)
+	}
+	return nil
+}
+
+// Delete removes the record for k. It does not read the file, so a corrupt
+// record can always be removed; a missing one is not an error because DEL
+// must be idempotent.
+func (s *Store) Delete(k Key) error {
+	if err := k.Validate(); err != nil {
+		return err
+	}
+	err := os.Remove(filepath.Join(s.dir, k.fileName()))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("deleting rdma-netns state for %s: %w", k, err)
+	}
+	if err := s.syncDir(); err != nil {
+		return fmt.Errorf("deleting rdma-netns state for %s: %w", k, err)
+	}
+	return nil
+}
+
+// List returns every readable record, sorted by key. Unreadable records are
+// reported in an errors.Join'ed error (matching ErrCorrupt where that is
+// the cause) alongside the good ones, so one bad file cannot stop GC from
+// handling all the others. Stale temp files are removed on the way.
+func (s *Store) List() ([]*Record, error) {
+	entries, err := os.ReadDir(s.dir)
+	if err != nil {
+		return nil, fmt.Errorf("listing rdma-netns state in %s: %w", s.dir, err)
+	}
+	var recs []*Record
+	var errs []error
+	for _, e := range entries {
+		name := e.Name()
+		if strings.HasPrefix(name, tempPrefix) {
+			s.removeIfStale(name)
+			continue
+		}
+		if !isRecordFileName(name) {
+			continue
+		}
+		r, err := s.read(name)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // deleted since ReadDir
+		}
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		recs = append(recs, r)
+	}
+	slices.SortFunc(recs, func(a, b *Record) int { return compareKeys(a.Key, b.Key) })
+	return recs, errors.Join(errs...)
+}
+
+// removeIfStale is best effort: failing to clean up must not fail List.
+func (s *Store) removeIfStale(name string) {
+	path := filepath.Join(s.dir, name)
+	fi, err := os.Lstat(path)
+	if err != nil || !fi.Mode().IsRegular() || time.Since(fi.ModTime()) < staleTempAge {
+		return
+	}
+	_ = os.Remove(path)
+}
+
+// Owner returns the record whose device is named device, either as the host
+// name or as the name inside the pod, and ErrNotFound if there is none.
+// If no readable record matches but some record is unreadable, it fails
+// with an error matching ErrCorrupt instead of ErrNotFound: the unreadable
+// one might own the device, and guessing wrong would give it to two pods.
+func (s *Store) Owner(device string) (*Record, error) {
+	recs, listErr := s.List()
+	for _, r := range recs {
+		if r.Device == device || r.PodName == device {
+			return r, nil
+		}
+	}
+	if listErr != nil {
+		return nil, fmt.Errorf("cannot tell whether RDMA device %q is already attached to a pod: %w", device, listErr)
+	}
+	return nil, fmt.Errorf("%w for RDMA device %q", ErrNotFound, device)
+}

@@ -1,0 +1,457 @@
+package state
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+func newStore(t *testing.T) *Store {
+	t.Helper()
+	s, err := New(filepath.Join(t.TempDir(), "state"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func testRecord(network, cid, ifname, dev string) *Record {
+	return &Record{
+		Key:    Key{Network: network, ContainerID: cid, IfName: ifname},
+		Netns:  "/var/run/netns/cni-" + cid,
+		Device: dev,
+		State:  StateAttached,
+	}
+}
+
+func lockT(t *testing.T, s *Store) func() {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	unlock, err := s.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		if err := unlock(); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+func TestNew(t *testing.T) {
+	if _, err := New("relative/dir"); err == nil || !strings.Contains(err.Error(), "absolute") {
+		t.Fatalf("New(relative) = %v, want an error about absolute paths", err)
+	}
+
+	base := t.TempDir()
+	dir := filepath.Join(base, "a", "b")
+	s, err := New(dir + "/./")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Dir() != dir {
+		t.Errorf("Dir() = %q, want %q", s.Dir(), dir)
+	}
+	assertPerm(t, dir, 0o700)
+
+	// An existing, too-open directory is tightened.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(dir); err != nil {
+		t.Fatal(err)
+	}
+	assertPerm(t, dir, 0o700)
+
+	file := filepath.Join(base, "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(file); err == nil {
+		t.Fatal("New on a regular file succeeded")
+	}
+}
+
+func assertPerm(t *testing.T, path string, want os.FileMode) {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fi.Mode().Perm(); got != want {
+		t.Errorf("%s has mode %o, want %o", path, got, want)
+	}
+}
+
+func TestPutGetDelete(t *testing.T) {
+	s := newStore(t)
+	r := testRecord("rdma-net", k8sContainerID, "net1", "mlx5_0")
+	r.PodName = "rdma0"
+	r.DevPath = "/sys/devices/pci0000:3a/0000:3a:00.0/0000:3b:00.2"
+	r.PCIAddress = "0000:3b:00.2"
+	r.Rule = "pciAddress"
+
+	if _, err := s.Get(r.Key); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Get before Put = %v, want ErrNotFound", err)
+	}
+
+	unlock := lockT(t, s)
+	if err := s.Put(r); err != nil {
+		t.Fatal(err)
+	}
+	unlock()
+	if r.Version != SchemaVersion || r.Created.IsZero() {
+		t.Errorf("Put did not set Version/Created: %+v", r)
+	}
+
+	got, err := s.Get(r.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.Created.Equal(r.Created) {
+		t.Errorf("Created = %v, want %v", got.Created, r.Created)
+	}
+	got.Created = r.Created
+	if *got != *r {
+		t.Errorf("Get = %+v, want %+v", got, r)
+	}
+
+	// Exactly the record and the lock file, with private permissions.
+	entries, err := os.ReadDir(s.Dir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+		assertPerm(t, filepath.Join(s.Dir(), e.Name()), 0o600)
+	}
+	want := []string{filepath.Base(s.Path(r.Key)), "lock"}
+	slices.Sort(want)
+	if !slices.Equal(names, want) {
+		t.Errorf("state dir holds %q, want %q", names, want)
+	}
+	assertPerm(t, s.Dir(), 0o700)
+
+	// Overwrite.
+	r.State = StateMoving
+	if err := s.Put(r); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Get(r.Key); err != nil || got.State != StateMoving {
+		t.Fatalf("Get after overwrite = %+v, %v", got, err)
+	}
+
+	if err := s.Delete(r.Key); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Get(r.Key); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Get after Delete = %v, want ErrNotFound", err)
+	}
+	if err := s.Delete(r.Key); err != nil {
+		t.Fatalf("second Delete = %v, want nil", err)
+	}
+}
+
+func TestPutRejectsInvalid(t *testing.T) {
+	s := newStore(t)
+	tests := []struct {
+		name string
+		mod  func(*Record)
+	}{
+		{"bad key", func(r *Record) { r.ContainerID = "../x" }},
+		{"empty device", func(r *Record) { r.Device = "" }},
+		{"device with slash", func(r *Record) { r.Device = "../mlx5_0" }},
+		{"device too long", func(r *Record) { r.Device = strings.Repeat("m", 64) }},
+		{"bad pod name", func(r *Record) { r.PodName = "a/b" }},
+		{"empty netns", func(r *Record) { r.Netns = "" }},
+		{"control char in netns", func(r *Record) { r.Netns = "/run/netns/x\n" }},
+		{"unknown state", func(r *Record) { r.State = "gone" }},
+		{"empty state", func(r *Record) { r.State = "" }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := testRecord("net", "cid", "net1", "mlx5_0")
+			tt.mod(r)
+			if err := s.Put(r); err == nil {
+				t.Fatalf("Put(%+v) succeeded", r)
+			}
+		})
+	}
+	if err := s.Put(nil); err == nil {
+		t.Fatal("Put(nil) succeeded")
+	}
+	if entries, _ := os.ReadDir(s.Dir()); len(entries) != 0 {
+		t.Fatalf("rejected Puts left files behind: %v", entries)
+	}
+}
+
+func TestGetDeleteRejectInvalidKey(t *testing.T) {
+	s := newStore(t)
+	k := Key{Network: "net", ContainerID: "../../etc", IfName: "net1"}
+	if _, err := s.Get(k); err == nil || errors.Is(err, ErrNotFound) {
+		t.Fatalf("Get(invalid) = %v, want a validation error", err)
+	}
+	if err := s.Delete(k); err == nil {
+		t.Fatal("Delete(invalid) succeeded")
+	}
+}
+
+func TestListSortedAndIgnoresTempFiles(t *testing.T) {
+	s := newStore(t)
+	recs := []*Record{
+		testRecord("net-b", "c1", "net1", "mlx5_2"),
+		testRecord("net-a", "c2", "net1", "mlx5_1"),
+		testRecord("net-a", "c1", "net2", "mlx5_3"),
+		testRecord("net-a", "c1", "net1", "mlx5_0"),
+	}
+	for _, r := range recs {
+		if err := s.Put(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Leftovers of a writer that crashed before its rename: one fresh (it
+	// might still be live), one old.
+	fresh := filepath.Join(s.Dir(), tempPrefix+"fresh")
+	stale := filepath.Join(s.Dir(), tempPrefix+"stale")
+	for _, p := range []string{fresh, stale} {
+		if err := os.WriteFile(p, []byte(`{"version":1,"network":"tr`), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old := time.Now().Add(-2 * staleTempAge)
+	if err := os.Chtimes(stale, old, old); err != nil {
+		t.Fatal(err)
+	}
+	// Files that are not ours are left alone.
+	if err := os.WriteFile(filepath.Join(s.Dir(), "README"), []byte("hi"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	got, err := s.List()
+	if err != nil {
+		t.Fatalf("List: %v", err)
+	}
+	var keys []string
+	for _, r := range got {
+		keys = append(keys, r.Key.String())
+	}
+	want := []string{"net-a/c1/net1", "net-a/c1/net2", "net-a/c2/net1", "net-b/c1/net1"}
+	if !slices.Equal(keys, want) {
+		t.Errorf("List keys = %q, want %q", keys, want)
+	}
+	if _, err := os.Stat(stale); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("stale temp file not cleaned up: %v", err)
+	}
+	if _, err := os.Stat(fresh); err != nil {
+		t.Errorf("fresh temp file removed: %v", err)
+	}
+}
+
+func TestCorruptRecords(t *testing.T) {
+	s := newStore(t)
+	good := testRecord("net", "good", "net1", "mlx5_0")
+	if err := s.Put(good); err != nil {
+		t.Fatal(err)
+	}
+
+	misplaced := testRecord("net", "other", "net1", "mlx5_9")
+	if err := s.Put(misplaced); err != nil {
+		t.Fatal(err)
+	}
+	misplacedData, err := os.ReadFile(s.Path(misplaced.Key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Delete(misplaced.Key); err != nil {
+		t.Fatal(err)
+	}
+
+	wrongVersion := strings.Replace(string(misplacedData), `"version": 1`, `"version": 2`, 1)
+	if wrongVersion == string(misplacedData) {
+		t.Fatal("test setup: version field not found")
+	}
+
+	cases := []struct {
+		cid  string
+		data string
+		want string
+	}{
+		{"badjson", `{"version":1,`, "invalid JSON"},
+		{"empty", ``, "invalid JSON"},
+		{"version", wrongVersion, "schema version 2"},
+		{"noversion", `{"network":"net","containerID":"noversion","ifName":"net1"}`, "schema version 0"},
+		{"misplaced", string(misplacedData), "holds the record of net/other/net1"},
+		{"baddevice", strings.Replace(string(misplacedData), `"mlx5_9"`, `"../x"`, 1), "RDMA device name"},
+	}
+	var corruptKeys []Key
+	for _, c := range cases {
+		k := Key{Network: "net", ContainerID: c.cid, IfName: "net1"}
+		corruptKeys = append(corruptKeys, k)
+		if err := os.WriteFile(s.Path(k), []byte(c.data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, err := s.Get(k)
+		if !errors.Is(err, ErrCorrupt) {
+			t.Errorf("%s: Get = %v, want ErrCorrupt", c.cid, err)
+			continue
+		}
+		var ce *CorruptError
+		if !errors.As(err, &ce) || ce.Path != s.Path(k) {
+			t.Errorf("%s: Get error %v does not carry the path %s", c.cid, err, s.Path(k))
+		}
+		if !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), s.Path(k)) {
+			t.Errorf("%s: Get error %q should mention %q and the file", c.cid, err, c.want)
+		}
+	}
+
+	recs, err := s.List()
+	if len(recs) != 1 || recs[0].Key != good.Key {
+		t.Errorf("List returned %v, want only %s", recs, good.Key)
+	}
+	if !errors.Is(err, ErrCorrupt) {
+		t.Errorf("List error = %v, want ErrCorrupt", err)
+	}
+	if n := len(err.(interface{ Unwrap() []error }).Unwrap()); n != len(cases) {
+		t.Errorf("List reported %d errors, want %d: %v", n, len(cases), err)
+	}
+
+	// The good record is still found; an unknown device cannot be declared
+	// free while unreadable records exist.
+	if r, err := s.Owner("mlx5_0"); err != nil || r.Key != good.Key {
+		t.Errorf("Owner(mlx5_0) = %v, %v", r, err)
+	}
+	if _, err := s.Owner("mlx5_7"); !errors.Is(err, ErrCorrupt) || errors.Is(err, ErrNotFound) {
+		t.Errorf("Owner(mlx5_7) with corrupt records = %v, want ErrCorrupt", err)
+	}
+
+	for _, k := range corruptKeys {
+		if err := s.Delete(k); err != nil {
+			t.Errorf("Delete(%s) on corrupt record: %v", k, err)
+		}
+	}
+	if recs, err := s.List(); err != nil || len(recs) != 1 {
+		t.Errorf("List after deleting corrupt records = %v, %v", recs, err)
+	}
+	if _, err := s.Owner("mlx5_7"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Owner(mlx5_7) = %v, want ErrNotFound", err)
+	}
+}
+
+func TestSymlinkIsCorrupt(t *testing.T) {
+	s := newStore(t)
+	k := Key{Network: "net", ContainerID: "cid", IfName: "net1"}
+	target := filepath.Join(t.TempDir(), "elsewhere")
+	if err := os.WriteFile(target, []byte("{}"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(target, s.Path(k)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Get(k); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("Get through symlink = %v, want ErrCorrupt", err)
+	}
+	if err := s.Delete(k); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(target); err != nil {
+		t.Fatalf("Delete followed the symlink: %v", err)
+	}
+}
+
+func TestOwner(t *testing.T) {
+	s := newStore(t)
+	a := testRecord("net", "pod-a", "net1", "mlx5_0")
+	b := testRecord("net", "pod-b", "net1", "mlx5_1")
+	b.PodName = "rdma0"
+	for _, r := range []*Record{a, b} {
+		if err := s.Put(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for dev, want := range map[string]Key{"mlx5_0": a.Key, "mlx5_1": b.Key, "rdma0": b.Key} {
+		r, err := s.Owner(dev)
+		if err != nil {
+			t.Errorf("Owner(%s): %v", dev, err)
+			continue
+		}
+		if r.Key != want {
+			t.Errorf("Owner(%s) = %s, want %s", dev, r.Key, want)
+		}
+	}
+	_, err := s.Owner("mlx5_2")
+	if !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Owner(mlx5_2) = %v, want ErrNotFound", err)
+	}
+	if !strings.Contains(err.Error(), "mlx5_2") {
+		t.Errorf("Owner error %q does not name the device", err)
+	}
+}
+
+// TestConcurrentReadModifyWrite relies on the lock for correctness: without
+// it, concurrent increments would be lost.
+func TestConcurrentReadModifyWrite(t *testing.T) {
+	s := newStore(t)
+	k := Key{Network: "net", ContainerID: "counter", IfName: "net1"}
+	const workers, rounds = 16, 10
+
+	var wg sync.WaitGroup
+	errc := make(chan error, workers*rounds)
+	for range workers {
+		wg.Go(func() {
+			for range rounds {
+				errc <- increment(s, k)
+			}
+		})
+	}
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, err := s.Get(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Rule != strconv.Itoa(workers*rounds) {
+		t.Fatalf("counter = %s, want %d", r.Rule, workers*rounds)
+	}
+}
+
+func increment(s *Store, k Key) (err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	unlock, err := s.Lock(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, unlock()) }()
+
+	n := 0
+	r, err := s.Get(k)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		r = &Record{Key: k, Netns: "/proc/1/ns/net", Device: "mlx5_0", State: StateAttached}
+	case err != nil:
+		return err
+	default:
+		if n, err = strconv.Atoi(r.Rule); err != nil {
+			return err
+		}
+	}
+	// Widen the race window so a broken lock shows up reliably.
+	time.Sleep(100 * time.Microsecond)
+	r.Rule = strconv.Itoa(n + 1)
+	return s.Put(r)
+}

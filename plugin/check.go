@@ -1,0 +1,68 @@
+package plugin
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+
+	"github.com/rdma-netns/rdma-netns/pkg/state"
+)
+
+// Check verifies that the attachment still holds: its device is in the pod,
+// the subsystem is still exclusive, and prevResult still has the netdev.
+func (p *Plugin) Check(args *skel.CmdArgs) error {
+	c, err := p.newCall(args)
+	if err != nil {
+		return err
+	}
+	if err := c.check(); err != nil {
+		c.log.Errorf("CHECK failed: %v", err)
+		return err
+	}
+	return nil
+}
+
+func (c *call) check() error {
+	if c.conf.Result == nil {
+		return types.NewError(types.ErrInvalidNetworkConfig, "CHECK needs a prevResult", "")
+	}
+	if err := c.key().Validate(); err != nil {
+		return types.NewError(types.ErrInvalidEnvironmentVariables, err.Error(), "")
+	}
+	if err := c.exclusive(); err != nil {
+		if c.conf.AllowSharedMode {
+			return nil
+		}
+		return err
+	}
+	if _, err := podNetdev(c.conf.Result, c.args.IfName); err != nil {
+		return err
+	}
+	st, err := state.New(c.conf.StateDir)
+	if err != nil {
+		return err
+	}
+	rec, err := st.Get(c.key())
+	if errors.Is(err, state.ErrNotFound) {
+		return fmt.Errorf("no RDMA device is recorded for %s: ADD did not run or did not finish", c.key())
+	}
+	if err != nil {
+		return err
+	}
+	if rec.Netns != c.args.Netns {
+		return fmt.Errorf("RDMA device %s was attached to netns %s, not %s", rec.InPod(), rec.Netns, c.args.Netns)
+	}
+	if rec.State != state.StateAttached {
+		return fmt.Errorf("the attachment of RDMA device %s did not finish (state %q); retry ADD or run DEL", rec.InPod(), rec.State)
+	}
+	in, err := c.p.Kernel.InNetns(c.args.Netns, rec.InPod())
+	if err != nil {
+		return fmt.Errorf("cannot look for RDMA device %s in netns %s: %v", rec.InPod(), c.args.Netns, err)
+	}
+	if !in {
+		return fmt.Errorf("RDMA device %s is no longer in the pod's netns %s: something moved or removed it", rec.InPod(), c.args.Netns)
+	}
+	return nil
+}

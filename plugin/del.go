@@ -1,0 +1,100 @@
+package plugin
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+
+	"github.com/rdma-netns/rdma-netns/pkg/state"
+)
+
+// Del returns the attachment's RDMA device to the host. It runs before the
+// netdev plugin's DEL (chains delete in reverse), so the netdev is still in
+// the pod. It succeeds whenever there is nothing left to undo.
+func (p *Plugin) Del(args *skel.CmdArgs) error {
+	c, err := p.newCall(args)
+	if err != nil {
+		return err
+	}
+	if err := c.del(); err != nil {
+		c.log.Errorf("DEL failed: %v", err)
+		return err
+	}
+	return nil
+}
+
+func (c *call) del() error {
+	if err := c.key().Validate(); err != nil {
+		return types.NewError(types.ErrInvalidEnvironmentVariables, err.Error(), "")
+	}
+	unlock, err := c.openStore()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+
+	rec, err := c.store.Get(c.key())
+	switch {
+	case errors.Is(err, state.ErrNotFound):
+		c.log.Debugf("no attachment recorded; nothing to do")
+		return nil
+	case errors.Is(err, state.ErrCorrupt):
+		// The device cannot be named, but the kernel hands it back to the
+		// host when the pod netns goes away; DEL must not wedge the pod.
+		c.log.Errorf("removing unreadable attachment record: %v; its RDMA device returns to the host when the pod netns is destroyed", err)
+		return c.store.Delete(c.key())
+	case err != nil:
+		return err
+	}
+	if err := c.release(rec, c.args.Netns); err != nil {
+		return err
+	}
+	return c.store.Delete(rec.Key)
+}
+
+// release brings a recorded device back to the host under its host name,
+// wherever it is now. It errors only when the device is in the pod and could
+// not be moved, so the record is kept for a retry.
+func (c *call) release(rec *state.Record, netnsPath string) error {
+	if netnsGone(netnsPath) {
+		c.log.Infof("pod netns %q is gone; the kernel has returned RDMA device %s to the host", netnsPath, rec.Device)
+		return c.restoreHostName(rec)
+	}
+	inPod, err := c.p.Kernel.InNetns(netnsPath, rec.InPod())
+	if err != nil {
+		return fmt.Errorf("cannot look for RDMA device %s in netns %s: %v", rec.InPod(), netnsPath, err)
+	}
+	if !inPod {
+		c.log.Infof("RDMA device %s is not in netns %s (already back in the host, or gone)", rec.InPod(), netnsPath)
+		return c.restoreHostName(rec)
+	}
+	if rec.PodName != "" {
+		if err := c.p.Kernel.Rename(netnsPath, rec.PodName, rec.Device); err != nil {
+			return fmt.Errorf("cannot restore the name of RDMA device %s (called %s in the pod): %v; retry DEL", rec.Device, rec.PodName, err)
+		}
+	}
+	if err := c.p.Kernel.MoveToHost(rec.Device, netnsPath); err != nil {
+		return fmt.Errorf("%v; the attachment record is kept, retry DEL", err)
+	}
+	c.log.Infof("returned RDMA device %s to the host", rec.Device)
+	return nil
+}
+
+// restoreHostName renames a device that came back to the host (when its pod
+// netns was destroyed) under the name it had in the pod.
+func (c *call) restoreHostName(rec *state.Record) error {
+	if rec.PodName == "" {
+		return nil
+	}
+	in, err := c.p.Kernel.InHost(rec.PodName)
+	if err != nil || !in {
+		return err
+	}
+	if err := c.p.Kernel.Rename("", rec.PodName, rec.Device); err != nil {
+		return fmt.Errorf("RDMA device %s came back to the host as %s and cannot get its name back: %v; retry DEL", rec.Device, rec.PodName, err)
+	}
+	c.log.Infof("renamed RDMA device %s back to %s in the host", rec.PodName, rec.Device)
+	return nil
+}

@@ -1,0 +1,269 @@
+package plugin
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/plugins/pkg/ns"
+
+	"github.com/rdma-netns/rdma-netns/pkg/config"
+
+	"github.com/rdma-netns/rdma-netns/pkg/logging"
+	"github.com/rdma-netns/rdma-netns/pkg/rdmadev"
+	"github.com/rdma-netns/rdma-netns/pkg/rdmadev/sysfstest"
+	"github.com/rdma-netns/rdma-netns/pkg/rdmans"
+)
+
+// fakeKernel keeps RDMA devices in memory: where each one is ("" = host,
+// else a netns path). It follows the kernel's rules that matter here: names
+// are unique system-wide, a device leaves a netns only when asked from
+// inside it, and a destroyed netns hands its devices back to the host.
+type fakeKernel struct {
+	mu      sync.Mutex
+	mode    string
+	modeErr error
+	where   map[string]string
+	parents map[string][2]string // "netns/ifname" -> bus, device
+	moves   int
+
+	// Failure and side-effect injection.
+	failMoveIn  error
+	failMoveOut error
+	afterMoveIn func()
+}
+
+func newFakeKernel(devs ...string) *fakeKernel {
+	k := &fakeKernel{mode: rdmans.ModeExclusive, where: map[string]string{}, parents: map[string][2]string{}}
+	for _, d := range devs {
+		k.where[d] = ""
+	}
+	return k
+}
+
+func (k *fakeKernel) NetnsMode() (string, error) { return k.mode, k.modeErr }
+
+func (k *fakeKernel) InHost(dev string) (bool, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	where, ok := k.where[dev]
+	return ok && where == "", nil
+}
+
+func (k *fakeKernel) InNetns(nsPath, dev string) (bool, error) {
+	if err := checkNetns(nsPath); err != nil {
+		return false, err
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	where, ok := k.where[dev]
+	return ok && where == nsPath, nil
+}
+
+func (k *fakeKernel) MoveToNetns(dev, nsPath string) error {
+	if err := checkNetns(nsPath); err != nil {
+		return err
+	}
+	k.mu.Lock()
+	if k.failMoveIn != nil {
+		k.mu.Unlock()
+		return k.failMoveIn
+	}
+	if where, ok := k.where[dev]; !ok || where != "" {
+		k.mu.Unlock()
+		return fmt.Errorf("RDMA device %s is not in the host network namespace", dev)
+	}
+	k.where[dev] = nsPath
+	k.moves++
+	hook := k.afterMoveIn
+	k.mu.Unlock()
+	if hook != nil {
+		hook()
+	}
+	return nil
+}
+
+func (k *fakeKernel) MoveToHost(dev, nsPath string) error {
+	if err := checkNetns(nsPath); err != nil {
+		return err
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.failMoveOut != nil {
+		return k.failMoveOut
+	}
+	if k.where[dev] != nsPath {
+		return fmt.Errorf("RDMA device %s is not in netns %s", dev, nsPath)
+	}
+	k.where[dev] = ""
+	k.moves++
+	return nil
+}
+
+func (k *fakeKernel) Rename(nsPath, from, to string) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	where, ok := k.where[from]
+	if !ok || where != nsPath {
+		return fmt.Errorf("RDMA device %s not found", from)
+	}
+	if _, taken := k.where[to]; taken {
+		return errors.New("file exists")
+	}
+	delete(k.where, from)
+	k.where[to] = where
+	return nil
+}
+
+func (k *fakeKernel) NetdevParent(nsPath, ifName string) (string, string, error) {
+	if err := checkNetns(nsPath); err != nil {
+		return "", "", err
+	}
+	p, ok := k.parents[nsPath+"/"+ifName]
+	if !ok {
+		return "", "", fmt.Errorf("failed to find netdev %s in netns %s", ifName, nsPath)
+	}
+	return p[0], p[1], nil
+}
+
+// destroy mimics the kernel tearing down a netns: its devices go home.
+func (k *fakeKernel) destroy(nsPath string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for d, w := range k.where {
+		if w == nsPath {
+			k.where[d] = ""
+		}
+	}
+}
+
+func (k *fakeKernel) location(dev string) string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	w, ok := k.where[dev]
+	if !ok {
+		return "<absent>"
+	}
+	if w == "" {
+		return "host"
+	}
+	return w
+}
+
+func (k *fakeKernel) snapshot() string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	var s []string
+	for d, w := range k.where {
+		s = append(s, d+"@"+w)
+	}
+	sort.Strings(s)
+	return fmt.Sprint(s)
+}
+
+func checkNetns(path string) error {
+	n, err := ns.GetNS(path)
+	if err != nil {
+		return err
+	}
+	return n.Close()
+}
+
+// env is one test's node: a fake sysfs, a fake kernel, a state directory
+// and real (empty) network namespaces for the pods.
+type env struct {
+	t        *testing.T
+	tree     *sysfstest.Tree
+	kernel   *fakeKernel
+	stateDir string
+	plugin   *Plugin
+	log      *logBuffer
+}
+
+type logBuffer struct {
+	mu  sync.Mutex
+	buf []byte
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.buf = append(b.buf, p...)
+	return len(p), nil
+}
+
+func (b *logBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return string(b.buf)
+}
+
+// Device paths of the node used by most tests, relative to <sysfs>/devices:
+// two virtio NICs as in the e2e VM (RDMA device under the PCI function, and
+// under the virtio child), an mlx5 PF with a sub-function, and an E810 with
+// irdma named by udev.
+const (
+	vFn1    = "pci0000:00/0000:00:04.0"
+	vChild1 = vFn1 + "/virtio1"
+	vFn2    = "pci0000:00/0000:00:05.0"
+	vChild2 = vFn2 + "/virtio2"
+	mlxPF   = "pci0000:3a/0000:3a:00.0/0000:3b:00.0"
+	mlxSF   = mlxPF + "/mlx5_core.sf.2"
+	iceFn   = "pci0000:46/0000:46:01.0/0000:47:00.0"
+)
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	requireRoot(t)
+	tr := sysfstest.New(t)
+	tr.Device("", "pci0000:00")
+	tr.PCI(vFn1)
+	tr.Device("virtio", vChild1)
+	tr.Netdev(vChild1, "eth1")
+	tr.RDMA(vFn1, "rxe1")
+	tr.PCI(vFn2)
+	tr.Device("virtio", vChild2)
+	tr.Netdev(vChild2, "eth2")
+	tr.RDMA(vChild2, "rxe2")
+	tr.Device("", "pci0000:3a")
+	tr.PCI("pci0000:3a/0000:3a:00.0")
+	tr.PCI(mlxPF)
+	tr.Netdev(mlxPF, "ens1f0")
+	tr.RDMA(mlxPF, "mlx5_0")
+	tr.Device("auxiliary", mlxSF)
+	tr.Netdev(mlxSF, "enp59s0f0s2")
+	tr.RDMA(mlxSF, "mlx5_2")
+	tr.Device("", "pci0000:46")
+	tr.PCI("pci0000:46/0000:46:01.0")
+	tr.PCI(iceFn)
+	tr.Device("auxiliary", iceFn+"/ice.roce.0")
+	tr.Netdev(iceFn, "ens192")
+	tr.RDMA(iceFn, "rocep71s0f0")
+
+	e := &env{
+		t:        t,
+		tree:     tr,
+		kernel:   newFakeKernel("rxe1", "rxe2", "mlx5_0", "mlx5_2", "rocep71s0f0"),
+		stateDir: t.TempDir() + "/state",
+		log:      &logBuffer{},
+	}
+	e.plugin = &Plugin{
+		Kernel:      e.kernel,
+		Sysfs:       rdmadev.Sysfs{Root: tr.Root},
+		LockTimeout: 5 * time.Second,
+		NewLogger:   func(*config.NetConf, *skel.CmdArgs) *logging.Logger { return logging.NewWriter(e.log, "debug") },
+	}
+	return e
+}
+
+func requireRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to create network namespaces")
+	}
+}

@@ -1,0 +1,151 @@
+// Package plugin implements the rdma-netns CNI verbs.
+//
+// rdma-netns is a meta-plugin: it runs after a plugin that moved a netdev
+// into the pod (host-device, sriov) and moves the RDMA device that belongs
+// to that netdev along with it, so the pod's verbs applications see it when
+// the kernel's RDMA subsystem is in exclusive netns mode.
+package plugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+	"github.com/containernetworking/plugins/pkg/ns"
+
+	"github.com/rdma-netns/rdma-netns/pkg/config"
+	"github.com/rdma-netns/rdma-netns/pkg/logging"
+	"github.com/rdma-netns/rdma-netns/pkg/rdmadev"
+	"github.com/rdma-netns/rdma-netns/pkg/rdmans"
+	"github.com/rdma-netns/rdma-netns/pkg/state"
+)
+
+// Kernel is what the verbs need from the running kernel. Production uses
+// rdmans.Netlink; unit tests substitute an in-memory kernel.
+type Kernel interface {
+	NetnsMode() (string, error)
+	InHost(dev string) (bool, error)
+	InNetns(nsPath, dev string) (bool, error)
+	MoveToNetns(dev, nsPath string) error
+	MoveToHost(dev, nsPath string) error
+	Rename(nsPath, from, to string) error
+	NetdevParent(nsPath, ifName string) (bus, name string, err error)
+}
+
+// Plugin holds the kernel-facing parts of the verbs.
+type Plugin struct {
+	Kernel Kernel
+	Sysfs  rdmadev.Sysfs
+	// LockTimeout bounds the wait for the node-wide state lock.
+	LockTimeout time.Duration
+	// NewLogger builds the logger for one call; nil means per config.
+	NewLogger func(conf *config.NetConf, args *skel.CmdArgs) *logging.Logger
+	// Out receives the result; nil means stdout.
+	Out io.Writer
+}
+
+// New returns the plugin wired to the running kernel.
+func New() *Plugin {
+	return &Plugin{Kernel: rdmans.Netlink{}, Sysfs: rdmadev.Sysfs{Root: "/sys"}, LockTimeout: 30 * time.Second}
+}
+
+// Funcs are the verbs for skel.PluginMainFuncs.
+func (p *Plugin) Funcs() skel.CNIFuncs {
+	return skel.CNIFuncs{Add: p.Add, Del: p.Del, Check: p.Check, Status: p.Status, GC: p.GC}
+}
+
+// call is the per-invocation context shared by the verbs.
+type call struct {
+	p     *Plugin
+	args  *skel.CmdArgs
+	conf  *config.NetConf
+	log   *logging.Logger
+	store *state.Store
+}
+
+func (p *Plugin) newCall(args *skel.CmdArgs) (*call, error) {
+	conf, err := config.Parse(args.StdinData, args.Args)
+	if err != nil {
+		return nil, types.NewError(types.ErrInvalidNetworkConfig, err.Error(), "")
+	}
+	c := &call{p: p, args: args, conf: conf}
+	if p.NewLogger != nil {
+		c.log = p.NewLogger(conf, args)
+	} else {
+		c.log = logging.New(conf.LogFile, conf.LogLevel, fmt.Sprintf("%s %.12s %s: ", conf.Name, args.ContainerID, args.IfName))
+	}
+	return c, nil
+}
+
+// key identifies this attachment in the state store.
+func (c *call) key() state.Key {
+	return state.Key{Network: c.conf.Name, ContainerID: c.args.ContainerID, IfName: c.args.IfName}
+}
+
+// openStore opens the state directory and takes the node-wide lock, so two
+// pods cannot both decide the same free device is theirs.
+func (c *call) openStore() (unlock func(), err error) {
+	st, err := state.New(c.conf.StateDir)
+	if err != nil {
+		return nil, fmt.Errorf("cannot use state directory %s: %v; check stateDir and that the directory is writable by the runtime", c.conf.StateDir, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.p.lockTimeout())
+	defer cancel()
+	release, err := st.Lock(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c.store = st
+	return func() {
+		if err := release(); err != nil {
+			c.log.Warnf("releasing state lock: %v", err)
+		}
+	}, nil
+}
+
+func (p *Plugin) lockTimeout() time.Duration {
+	if p.LockTimeout > 0 {
+		return p.LockTimeout
+	}
+	return 30 * time.Second
+}
+
+// exclusive checks the subsystem's netns mode; the error explains why
+// isolation is impossible in shared mode and how to fix it.
+func (c *call) exclusive() error {
+	mode, err := c.p.Kernel.NetnsMode()
+	if err != nil {
+		return fmt.Errorf("cannot read the RDMA netns mode: %v; check that the RDMA drivers (ib_core and the NIC's RDMA driver) are loaded on this node", err)
+	}
+	if mode != rdmans.ModeExclusive {
+		return errSharedMode(mode)
+	}
+	return nil
+}
+
+func errSharedMode(mode string) error {
+	return fmt.Errorf("the RDMA subsystem is in %s netns mode: every RDMA device is visible in every network namespace, so a device cannot be given to one pod. "+
+		"Switch the node to exclusive mode: add \"options ib_core netns_mode=0\" to /etc/modprobe.d/ib_core.conf and reboot, "+
+		"or run \"rdma system set netns exclusive\" before any network namespace exists (early at boot, before the container runtime starts). "+
+		"To start pods without isolation instead, set \"allowSharedMode\": true in the rdma-netns config", mode)
+}
+
+// netnsGone reports whether the pod netns no longer exists, in which case
+// the kernel has already returned its RDMA devices to the host.
+func netnsGone(path string) bool {
+	if path == "" {
+		return true
+	}
+	netns, err := ns.GetNS(path)
+	if err != nil {
+		var notExist ns.NSPathNotExistErr
+		var notNS ns.NSPathNotNSErr
+		return errors.As(err, &notExist) || errors.As(err, &notNS)
+	}
+	netns.Close()
+	return false
+}

@@ -1,0 +1,271 @@
+#!/usr/bin/env bash
+# Prepare everything the RDMA test VM needs, caching it per kernel version:
+#   - host tools (qemu, busybox-static, kmod, cpio, iproute2, compiler);
+#   - Debian's current linux-image-amd64 kernel, its headers and the matching
+#     linux-source, downloaded as .debs and extracted into the cache (never
+#     installed on the host: that would drag in initramfs-tools/bootloader
+#     hooks for a kernel the host never boots);
+#   - rdma_rxe built out of tree from that source with scripts/rxe/*.patch;
+#   - the unchanging part of the guest initramfs (busybox, iproute2, kmod,
+#     their libraries, the kernel modules), packed as base.cpio.
+#
+# Idempotent: every step is skipped when its stamp matches its inputs, so a
+# second run takes a few seconds (a few apt-cache look-ups and hashes).
+#
+# Usage: vm-prepare.sh [--print-env]
+#   --print-env  after preparing, print KEY=VALUE lines on stdout (for eval);
+#                all progress messages go to stderr.
+set -euo pipefail
+
+SCRIPTS_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+PATCH_DIR="$SCRIPTS_DIR/rxe"
+CACHE_ROOT="${XDG_CACHE_HOME:-$HOME/.cache}/rdma-netns"
+
+PRINT_ENV=0
+case "${1:-}" in
+  --print-env) PRINT_ENV=1 ;;
+  "") ;;
+  *) echo "usage: $0 [--print-env]" >&2; exit 2 ;;
+esac
+
+log() { printf '[vm-prepare] %s\n' "$*" >&2; }
+die() { printf '[vm-prepare] ERROR: %s\n' "$*" >&2; exit 1; }
+# Run a step quietly but show its output if it fails (loud failure, quiet success).
+run_logged() {
+  local logf; logf=$(mktemp)
+  if ! "$@" >"$logf" 2>&1; then
+    cat "$logf" >&2; rm -f "$logf"
+    die "command failed: $*"
+  fi
+  rm -f "$logf"
+}
+
+SUDO=""
+if [ "$(id -u)" != 0 ]; then
+  command -v sudo >/dev/null || die "not root and no sudo: cannot install packages"
+  SUDO=sudo
+fi
+
+APT_UPDATED=0
+apt_update_once() {
+  if [ "$APT_UPDATED" = 0 ]; then
+    log "apt-get update"
+    run_logged $SUDO apt-get update
+    APT_UPDATED=1
+  fi
+}
+
+mkdir -p "$CACHE_ROOT"
+# Two test runs started together must not build the same cache concurrently.
+exec 9>"$CACHE_ROOT/.lock"
+flock 9
+
+# ---------------------------------------------------------------------------
+# Which kernel: whatever linux-image-amd64 currently points at. Asked of apt at
+# run time so a Debian ABI bump is picked up without editing anything here.
+# ---------------------------------------------------------------------------
+kernel_pkg() {
+  apt-cache depends linux-image-amd64 2>/dev/null \
+    | awk '$1 == "Depends:" && $2 ~ /^linux-image-[0-9]/ { print $2; exit }'
+}
+IMAGE_PKG=$(kernel_pkg || true)
+if [ -z "$IMAGE_PKG" ]; then
+  apt_update_once
+  IMAGE_PKG=$(kernel_pkg || true)
+fi
+[ -n "$IMAGE_PKG" ] || die "apt-cache depends linux-image-amd64 names no linux-image-* package"
+ABI=${IMAGE_PKG#linux-image-}                       # e.g. 6.1.0-56-amd64
+KVER=$(apt-cache policy "$IMAGE_PKG" | awk '/Candidate:/ { print $2 }')
+[ -n "$KVER" ] && [ "$KVER" != "(none)" ] || die "no candidate version for $IMAGE_PKG"
+SERIES=$(echo "$ABI" | cut -d. -f1-2)                # e.g. 6.1
+HEADERS_PKG="linux-headers-$ABI"
+# The arch headers depend on the common headers, kbuild and a compiler
+# package; take their names from apt rather than guessing them.
+HEADERS_DEPS=$(apt-cache depends "$HEADERS_PKG" | awk '$1 == "Depends:" { print $2 }')
+COMMON_PKG=$(echo "$HEADERS_DEPS" | grep -E '^linux-headers-.*-common$' | head -n1 || true)
+KBUILD_PKG=$(echo "$HEADERS_DEPS" | grep -E '^linux-kbuild-' | head -n1 || true)
+COMPILER_PKG=$(echo "$HEADERS_DEPS" | grep -E '^linux-compiler-' | head -n1 || true)
+[ -n "$COMMON_PKG" ] && [ -n "$KBUILD_PKG" ] || die "cannot resolve dependencies of $HEADERS_PKG"
+SOURCE_PKG="linux-source-$SERIES"
+
+KDIR="$CACHE_ROOT/${ABI}_${KVER}"
+mkdir -p "$KDIR"
+log "kernel $ABI (package version $KVER), cache $KDIR"
+
+# ---------------------------------------------------------------------------
+# Host packages.
+# ---------------------------------------------------------------------------
+HOST_PKGS="qemu-system-x86 busybox-static kmod cpio iproute2 build-essential
+  patch xz-utils libelf1 util-linux $COMPILER_PKG"
+missing=""
+for p in $HOST_PKGS; do
+  st=$(dpkg-query -W -f='${db:Status-Abbrev}' "$p" 2>/dev/null || true)
+  case "$st" in ii*) ;; *) missing="$missing $p" ;; esac
+done
+if [ -n "$missing" ]; then
+  apt_update_once
+  log "installing host packages:$missing"
+  run_logged $SUDO env DEBIAN_FRONTEND=noninteractive \
+    apt-get install -y --no-install-recommends $missing
+fi
+for t in qemu-system-x86_64 cpio depmod modprobe make gcc patch; do
+  command -v "$t" >/dev/null || die "$t not found after installing packages"
+done
+
+# A step is current when its stamp file holds exactly the key of its inputs.
+stamp_ok() { [ -f "$1" ] && [ "$(cat "$1")" = "$2" ]; }
+sha() { sha256sum "$@" | awk '{ print $1 }' | sha256sum | cut -c1-16; }
+
+# ---------------------------------------------------------------------------
+# Kernel packages: download and extract into $KDIR/root.
+# ---------------------------------------------------------------------------
+DEBS="$KDIR/debs"
+ROOT="$KDIR/root"
+KEY_ROOT="$IMAGE_PKG=$KVER $HEADERS_PKG $COMMON_PKG $KBUILD_PKG $SOURCE_PKG=$KVER v2"
+if ! stamp_ok "$KDIR/.root.stamp" "$KEY_ROOT"; then
+  rm -rf "$DEBS" "$ROOT" "$KDIR/src"
+  mkdir -p "$DEBS" "$ROOT"
+  log "downloading $IMAGE_PKG $HEADERS_PKG $COMMON_PKG $KBUILD_PKG $SOURCE_PKG ($KVER)"
+  # Pin every package to the image version: the rxe source must be exactly
+  # the kernel we boot, or the module will not load (vermagic/symbol CRCs).
+  (cd "$DEBS" && run_logged apt-get download \
+    "$IMAGE_PKG=$KVER" "$HEADERS_PKG=$KVER" "$COMMON_PKG=$KVER" \
+    "$KBUILD_PKG=$KVER" "$SOURCE_PKG=$KVER")
+  for d in "$DEBS"/linux-image-*.deb "$DEBS"/linux-headers-*.deb "$DEBS"/linux-kbuild-*.deb; do
+    log "extracting $(basename "$d")"
+    dpkg-deb -x "$d" "$ROOT"
+  done
+  # The arch headers' Makefile includes the common headers by absolute path;
+  # point it at our extracted copy instead of /usr/src.
+  sed -i "s#^include /usr/src/#include $ROOT/usr/src/#" "$ROOT/usr/src/linux-headers-$ABI/Makefile"
+  # modules.dep is normally generated by the package's postinst; we need it to
+  # resolve module dependencies below.
+  log "depmod for the extracted kernel"
+  run_logged depmod -b "$ROOT" "$ABI"
+  echo "$KEY_ROOT" > "$KDIR/.root.stamp"
+fi
+VMLINUZ="$ROOT/boot/vmlinuz-$ABI"
+[ -f "$VMLINUZ" ] || die "missing $VMLINUZ"
+
+# Only the rxe directory of the kernel source is needed; extracting it takes
+# one pass over the (xz) tarball, so keep the pristine copy.
+RXE_ORIG="$KDIR/src/rxe-orig"
+if ! stamp_ok "$KDIR/.src.stamp" "$KEY_ROOT"; then
+  rm -rf "$KDIR/src"
+  mkdir -p "$KDIR/src/tmp"
+  log "extracting drivers/infiniband/sw/rxe from $SOURCE_PKG (one-time, ~15 s)"
+  dpkg-deb --fsys-tarfile "$DEBS/${SOURCE_PKG}_${KVER}_all.deb" \
+    | tar -x -O "./usr/src/$SOURCE_PKG.tar.xz" \
+    | tar -xJ -C "$KDIR/src/tmp" "$SOURCE_PKG/drivers/infiniband/sw/rxe"
+  mv "$KDIR/src/tmp/$SOURCE_PKG/drivers/infiniband/sw/rxe" "$RXE_ORIG"
+  rm -rf "$KDIR/src/tmp"
+  echo "$KEY_ROOT" > "$KDIR/.src.stamp"
+fi
+
+# ---------------------------------------------------------------------------
+# Patched rdma_rxe.
+# ---------------------------------------------------------------------------
+PATCHES=$(ls "$PATCH_DIR"/*.patch 2>/dev/null | sort)
+[ -n "$PATCHES" ] || die "no patches in $PATCH_DIR"
+RXE_KO="$KDIR/rxe/rdma_rxe.ko"
+KEY_RXE="$KEY_ROOT $(sha $PATCHES)"
+if ! stamp_ok "$KDIR/.rxe.stamp" "$KEY_RXE" || [ ! -f "$RXE_KO" ]; then
+  B="$KDIR/build/rxe"
+  rm -rf "$KDIR/build" "$KDIR/rxe"
+  mkdir -p "$KDIR/build" "$KDIR/rxe"
+  cp -a "$RXE_ORIG" "$B"
+  for p in $PATCHES; do
+    log "applying $(basename "$p")"
+    run_logged patch -d "$B" -p1 --no-backup-if-mismatch -i "$p"
+  done
+  log "building rdma_rxe.ko (~30 s)"
+  run_logged make -C "$ROOT/usr/src/linux-headers-$ABI" M="$B" -j"$(nproc)" modules
+  cp "$B/rdma_rxe.ko" "$RXE_KO"
+  vermagic=$(modinfo -F vermagic "$RXE_KO")
+  case "$vermagic" in "$ABI "*) ;; *) die "built rxe has vermagic '$vermagic', want $ABI" ;; esac
+  echo "$KEY_RXE" > "$KDIR/.rxe.stamp"
+fi
+
+# ---------------------------------------------------------------------------
+# Base initramfs: everything except /init, the run config and the payload,
+# which vm-run.sh appends per invocation as a second cpio archive.
+# ---------------------------------------------------------------------------
+# Modules the guest loads (plus their dependencies). Besides the RDMA stack
+# and virtio NICs, a few link types that CNI plugins commonly create.
+GUEST_MODULES="virtio_pci virtio_net crc32_generic configfs
+  ib_core ib_uverbs ib_umad rdma_cm rdma_ucm rdma_rxe
+  veth bridge macvlan ipvlan dummy 8021q"
+BASE_CPIO="$KDIR/base.cpio"
+pkgver() { dpkg-query -W -f='${Version}' "$1"; }
+KEY_BASE="$KEY_RXE $(sha "$RXE_KO" "${BASH_SOURCE[0]}") \
+busybox=$(pkgver busybox-static) iproute2=$(pkgver iproute2) kmod=$(pkgver kmod) \
+libc=$(pkgver libc6) $GUEST_MODULES"
+KEY_BASE=$(echo "$KEY_BASE" | tr -s ' \n' ' ')
+if ! stamp_ok "$KDIR/.base.stamp" "$KEY_BASE" || [ ! -f "$BASE_CPIO" ]; then
+  log "building base initramfs"
+  S="$KDIR/initramfs-base"
+  rm -rf "$S"
+  mkdir -p "$S"/{bin,sbin,usr/bin,usr/sbin,usr/local/bin,opt/cni/bin,etc,proc,sys,dev,run,tmp,root,var/lib/cni,payload,lib/modules}
+  ln -s ../run "$S/var/run"
+
+  # busybox: one symlink per applet, except names we provide real binaries for
+  # (programs that exec "ip"/"modprobe" through PATH get the real thing; busybox
+  # sh itself still prefers its applets, hence full paths in guest scripts).
+  cp /bin/busybox "$S/bin/busybox"
+  for a in $(/bin/busybox --list); do
+    case "$a" in
+      busybox|ip|modprobe|insmod|rmmod|lsmod|depmod|modinfo) continue ;;
+    esac
+    ln -sf busybox "$S/bin/$a"
+  done
+
+  # iproute2 (ip, rdma) and kmod (a modprobe that understands modules.alias,
+  # used by the kernel for on-demand loading) plus their shared libraries.
+  install -m 0755 /bin/ip "$S/usr/sbin/ip"
+  install -m 0755 /usr/bin/rdma "$S/usr/sbin/rdma"
+  ln -s ../sbin/ip "$S/usr/bin/ip"
+  ln -s ../sbin/rdma "$S/usr/bin/rdma"
+  ln -s ../usr/sbin/ip "$S/sbin/ip"
+  install -m 0755 /usr/bin/kmod "$S/usr/bin/kmod"
+  for a in modprobe insmod rmmod lsmod depmod modinfo; do
+    ln -s ../usr/bin/kmod "$S/sbin/$a"
+  done
+  for lib in $(ldd /bin/ip /usr/bin/rdma /usr/bin/kmod | awk '/=>/ { print $3 } /^\t\// { print $1 }' | sort -u); do
+    mkdir -p "$S$(dirname "$lib")"
+    cp -L "$lib" "$S$lib"
+  done
+  [ -d /etc/iproute2 ] && cp -a /etc/iproute2 "$S/etc/"
+
+  # Kernel modules: the closure of GUEST_MODULES, with our rxe replacing the
+  # stock one (stock rxe cannot change netns), then a real depmod.
+  M="lib/modules/$ABI"
+  mkdir -p "$S/$M"
+  for f in modules.order modules.builtin modules.builtin.modinfo; do
+    [ -f "$ROOT/$M/$f" ] && cp "$ROOT/$M/$f" "$S/$M/"
+  done
+  for m in $GUEST_MODULES; do
+    modprobe -d "$ROOT" -S "$ABI" --show-depends "$m" \
+      | awk '$1 == "insmod" { print $2 }'
+  done | sort -u | while read -r ko; do
+    rel=${ko#"$ROOT"/}
+    mkdir -p "$S/$(dirname "$rel")"
+    cp "$ko" "$S/$rel"
+  done
+  stock_rxe=$(find "$S/$M" -name 'rdma_rxe.ko*')
+  [ -n "$stock_rxe" ] || die "stock rdma_rxe not found in module closure"
+  rm -f $stock_rxe
+  cp "$RXE_KO" "$S/$M/kernel/drivers/infiniband/sw/rxe/rdma_rxe.ko"
+  run_logged depmod -b "$S" "$ABI"
+  echo "$GUEST_MODULES" | tr -s ' \n' '\n' | sed '/^$/d' > "$S/etc/vm-modules"
+
+  (cd "$S" && find . -mindepth 1 | LC_ALL=C sort | cpio -o -H newc -R 0:0 --quiet) > "$BASE_CPIO.tmp"
+  mv "$BASE_CPIO.tmp" "$BASE_CPIO"
+  echo "$KEY_BASE" > "$KDIR/.base.stamp"
+  log "base initramfs: $(du -h "$BASE_CPIO" | cut -f1)"
+fi
+
+log "ready: $VMLINUZ + $BASE_CPIO"
+if [ "$PRINT_ENV" = 1 ]; then
+  printf 'VM_ABI=%q\nVM_KVER=%q\nVM_CACHE_DIR=%q\nVM_KERNEL=%q\nVM_BASE_CPIO=%q\n' \
+    "$ABI" "$KVER" "$KDIR" "$VMLINUZ" "$BASE_CPIO"
+fi
