@@ -1,0 +1,426 @@
+package config
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"reflect"
+	"strings"
+	"testing"
+
+	current "github.com/containernetworking/cni/pkg/types/100"
+)
+
+func intp(i int) *int { return &i }
+
+func TestParseAllFields(t *testing.T) {
+	stdin := `{
+		"cniVersion": "1.0.0",
+		"name": "rdma-net",
+		"type": "rdma-netns",
+		"rdmaDevice": "mlx5_0",
+		"deviceID": "0000:3b:00.2",
+		"pciBusID": "0000:3b:00.3",
+		"allowSharedMode": true,
+		"rdmaDevName": "rdma0",
+		"rdmaQoS": {"tos": 106, "tc": 3},
+		"stateDir": "/run/rdma-netns",
+		"logFile": "/var/log/rdma-netns.log",
+		"logLevel": "debug",
+		"runtimeConfig": {"deviceID": "mlx5_core.sf.4", "CNIDeviceInfoFile": "/var/run/k8s.cni.cncf.io/devinfo/cni/x.json"},
+		"args": {"cni": {"rdmaDevice": "mlx5_1", "rdmaDevName": "rdma1"}}
+	}`
+	c, err := Parse([]byte(stdin), "IgnoreUnknown=1;K8S_POD_NAMESPACE=ns;K8S_POD_NAME=p;rdmaDevice=mlx5_2;rdmaDevName=rdma2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checks := []struct {
+		name      string
+		got, want any
+	}{
+		{"cniVersion", c.CNIVersion, "1.0.0"},
+		{"name", c.Name, "rdma-net"},
+		{"type", c.Type, "rdma-netns"},
+		{"rdmaDevice", c.RdmaDevice, "mlx5_0"},
+		{"deviceID", c.DeviceID, "0000:3b:00.2"},
+		{"pciBusID", c.PCIBusID, "0000:3b:00.3"},
+		{"allowSharedMode", c.AllowSharedMode, true},
+		{"rdmaDevName", c.RdmaDevName, "rdma0"},
+		{"rdmaQoS", c.RdmaQoS, &QoS{ToS: intp(106), TC: intp(3)}},
+		{"stateDir", c.StateDir, "/run/rdma-netns"},
+		{"logFile", c.LogFile, "/var/log/rdma-netns.log"},
+		{"logLevel", c.LogLevel, "debug"},
+		{"runtimeConfig.deviceID", c.RuntimeConfig.DeviceID, "mlx5_core.sf.4"},
+		{"runtimeConfig.CNIDeviceInfoFile", c.RuntimeConfig.CNIDeviceInfoFile, "/var/run/k8s.cni.cncf.io/devinfo/cni/x.json"},
+		{"args.cni", c.argsCNI(), PerPodArgs{RdmaDevice: "mlx5_1", RdmaDevName: "rdma1"}},
+		{"CNI_ARGS", c.CNIArgs, PerPodArgs{RdmaDevice: "mlx5_2", RdmaDevName: "rdma2"}},
+		{"Result", c.Result, (*current.Result)(nil)},
+	}
+	for _, ch := range checks {
+		if !reflect.DeepEqual(ch.got, ch.want) {
+			t.Errorf("%s = %#v, want %#v", ch.name, ch.got, ch.want)
+		}
+	}
+}
+
+func TestParseDefaults(t *testing.T) {
+	c, err := Parse([]byte(`{"cniVersion":"1.0.0","name":"n","type":"rdma-netns"}`), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.StateDir != DefaultStateDir {
+		t.Errorf("StateDir = %q, want %q", c.StateDir, DefaultStateDir)
+	}
+	if c.Result != nil {
+		t.Errorf("Result = %+v without a prevResult, want nil", c.Result)
+	}
+	if c.RdmaQoS != nil || c.AllowSharedMode || c.LogFile != "" {
+		t.Errorf("unexpected non-zero defaults: %+v", c)
+	}
+	if s := c.ExplicitDevice(); s != (Source{}) {
+		t.Errorf("ExplicitDevice = %+v, want none", s)
+	}
+	if s := c.DeviceIDSource(); s != (Source{}) {
+		t.Errorf("DeviceIDSource = %+v, want none", s)
+	}
+	if s := c.PodDevName(); s != (Source{}) {
+		t.Errorf("PodDevName = %+v, want none", s)
+	}
+}
+
+func TestParseValidationErrors(t *testing.T) {
+	long64 := strings.Repeat("a", 64)
+	long129 := strings.Repeat("a", 129)
+	tests := []struct {
+		name    string
+		fields  string // JSON members added to a valid base config
+		cniArgs string
+		want    []string // substrings the error must contain
+	}{
+		{"rdmaDevice slash", `"rdmaDevice":"mlx5/0"`, "", []string{`rdmaDevice "mlx5/0" is not a valid RDMA device name`}},
+		{"rdmaDevice dotdot", `"rdmaDevice":".."`, "", []string{`rdmaDevice ".." is not a valid RDMA device name`}},
+		{"rdmaDevice traversal", `"rdmaDevice":"../../etc"`, "", []string{`rdmaDevice "../../etc" is not a valid RDMA device name`}},
+		{"rdmaDevice NUL", `"rdmaDevice":"mlx5\u00000"`, "", []string{`rdmaDevice "mlx5\x000" is not a valid RDMA device name`}},
+		{"rdmaDevice too long", `"rdmaDevice":"` + long64 + `"`, "", []string{`rdmaDevice "` + long64 + `" is not a valid RDMA device name`, "at most 63 characters"}},
+		{"rdmaDevice space", `"rdmaDevice":"mlx5 0"`, "", []string{`rdmaDevice "mlx5 0"`}},
+		{"args.cni.rdmaDevice slash", `"args":{"cni":{"rdmaDevice":"a/b"}}`, "", []string{`args.cni.rdmaDevice "a/b" is not a valid RDMA device name`}},
+		{"CNI_ARGS rdmaDevice dotdot", "", "rdmaDevice=..", []string{`CNI_ARGS rdmaDevice ".." is not a valid RDMA device name`}},
+		{"rdmaDevName slash", `"rdmaDevName":"x/y"`, "", []string{`rdmaDevName "x/y" is not a valid RDMA device name`}},
+		{"args.cni.rdmaDevName too long", `"args":{"cni":{"rdmaDevName":"` + long64 + `"}}`, "", []string{`args.cni.rdmaDevName "` + long64 + `" is not a valid RDMA device name`}},
+		{"CNI_ARGS rdmaDevName slash", "", "rdmaDevName=/x", []string{`CNI_ARGS rdmaDevName "/x" is not a valid RDMA device name`}},
+		{"deviceID slash", `"deviceID":"0000:3b:00.2/../x"`, "", []string{`deviceID "0000:3b:00.2/../x" is not a PCI address or auxiliary device name`}},
+		{"deviceID dotdot", `"deviceID":".."`, "", []string{`deviceID ".." is not a PCI address or auxiliary device name`}},
+		{"deviceID too long", `"deviceID":"` + long129 + `"`, "", []string{`deviceID "` + long129 + `" is not a PCI address`}},
+		{"pciBusID NUL", `"pciBusID":"0000:3b\u0000:00.2"`, "", []string{`pciBusID "0000:3b\x00:00.2" is not a PCI address or auxiliary device name`}},
+		{"runtimeConfig.deviceID slash", `"runtimeConfig":{"deviceID":"/sys/bus/pci"}`, "", []string{`runtimeConfig.deviceID "/sys/bus/pci" is not a PCI address or auxiliary device name`}},
+		{"stateDir relative", `"stateDir":"var/lib/x"`, "", []string{`stateDir "var/lib/x" must be an absolute path`}},
+		{"stateDir NUL", `"stateDir":"/var/lib\u0000/x"`, "", []string{`stateDir "/var/lib\x00/x" must be an absolute path`}},
+		{"logFile relative", `"logFile":"rdma.log"`, "", []string{`logFile "rdma.log" must be an absolute path`}},
+		{"CNIDeviceInfoFile relative", `"runtimeConfig":{"CNIDeviceInfoFile":"./x.json"}`, "", []string{`runtimeConfig.CNIDeviceInfoFile "./x.json" must be an absolute path`}},
+		{"logLevel unknown", `"logLevel":"verbose"`, "", []string{`logLevel "verbose" is not one of error, warn, info, debug`}},
+		{"logLevel trace", `"logLevel":"trace"`, "", []string{`logLevel "trace"`}},
+		{"rdmaQoS empty", `"rdmaQoS":{}`, "", []string{"rdmaQoS is set but names neither tos nor tc"}},
+		{"rdmaQoS tos negative", `"rdmaQoS":{"tos":-1}`, "", []string{"rdmaQoS.tos -1 is out of range 0-255"}},
+		{"rdmaQoS tos 256", `"rdmaQoS":{"tos":256}`, "", []string{"rdmaQoS.tos 256 is out of range 0-255"}},
+		{"rdmaQoS tc negative", `"rdmaQoS":{"tc":-5}`, "", []string{"rdmaQoS.tc -5 is out of range 0-255"}},
+		{"rdmaQoS tc 1000", `"rdmaQoS":{"tc":1000}`, "", []string{"rdmaQoS.tc 1000 is out of range 0-255"}},
+		{"several at once", `"rdmaDevice":"a/b","stateDir":"rel","logLevel":"loud"`, "", []string{
+			`rdmaDevice "a/b"`, `stateDir "rel" must be an absolute path`, `logLevel "loud"`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			stdin := `{"cniVersion":"1.0.0","name":"n","type":"rdma-netns"`
+			if tt.fields != "" {
+				stdin += "," + tt.fields
+			}
+			stdin += "}"
+			c, err := Parse([]byte(stdin), tt.cniArgs)
+			if err == nil {
+				t.Fatalf("Parse accepted %s (CNI_ARGS %q): %+v", stdin, tt.cniArgs, c)
+			}
+			if !strings.Contains(err.Error(), "invalid rdma-netns configuration") {
+				t.Errorf("error %q lacks the invalid-configuration prefix", err)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not contain %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestParseAcceptsBoundaries(t *testing.T) {
+	tests := []struct{ name, fields string }{
+		{"63-byte device name", `"rdmaDevice":"` + strings.Repeat("a", 63) + `"`},
+		{"udev names", `"rdmaDevice":"rocep47s0f0","rdmaDevName":"rxe_eth1.2:x-y"`},
+		{"128-byte device ID", `"deviceID":"` + strings.Repeat("b", 128) + `"`},
+		{"aux device ID", `"deviceID":"mlx5_core.sf.4"`},
+		{"qos bounds", `"rdmaQoS":{"tos":0,"tc":255}`},
+		{"qos tos only", `"rdmaQoS":{"tos":255}`},
+		{"qos tc only", `"rdmaQoS":{"tc":0}`},
+		{"qos null", `"rdmaQoS":null`},
+		{"log level upper case", `"logLevel":"WARN"`},
+		{"log level warning", `"logLevel":"warning"`},
+		{"log level error", `"logLevel":"error"`},
+		{"log level info", `"logLevel":"info"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			stdin := `{"cniVersion":"1.0.0","name":"n","type":"rdma-netns",` + tt.fields + `}`
+			if _, err := Parse([]byte(stdin), ""); err != nil {
+				t.Fatalf("Parse(%s): %v", stdin, err)
+			}
+		})
+	}
+}
+
+func TestParseRejectsOldCNIVersions(t *testing.T) {
+	for _, v := range []string{"0.1.0", "0.2.0", "2.0.0", "1.1"} {
+		t.Run(v, func(t *testing.T) {
+			_, err := Parse([]byte(`{"cniVersion":"`+v+`","name":"n","type":"rdma-netns"}`), "")
+			if err == nil {
+				t.Fatalf("cniVersion %s accepted", v)
+			}
+			want := fmt.Sprintf("cniVersion %q is not supported", v)
+			if !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "0.3.0, 0.3.1, 0.4.0, 1.0.0, 1.1.0") {
+				t.Errorf("error %q should say %q and list the supported versions", err, want)
+			}
+		})
+	}
+}
+
+// prevResults as a runtime of each version would send them: 0.3.x/0.4.0
+// carry "version" on each IP, 1.x does not.
+func prevResultFor(v string) string {
+	ipVersion := `"version":"4",`
+	ip6Version := `"version":"6",`
+	if strings.HasPrefix(v, "1.") {
+		ipVersion, ip6Version = "", ""
+	}
+	return `{
+		"cniVersion": "` + v + `",
+		"interfaces": [
+			{"name": "eth0", "mac": "0a:58:0a:80:00:05", "sandbox": "/var/run/netns/cni-1234"},
+			{"name": "net1", "mac": "0a:58:0a:80:00:06", "sandbox": "/var/run/netns/cni-1234"}
+		],
+		"ips": [
+			{` + ipVersion + `"address": "10.128.0.5/23", "gateway": "10.128.0.1", "interface": 1},
+			{` + ip6Version + `"address": "fd00::5/64", "interface": 1}
+		],
+		"routes": [{"dst": "0.0.0.0/0", "gw": "10.128.0.1"}],
+		"dns": {"nameservers": ["10.0.0.10"]}
+	}`
+}
+
+func TestParsePrevResultEachVersion(t *testing.T) {
+	for _, v := range SupportedVersions {
+		t.Run(v, func(t *testing.T) {
+			stdin := `{"cniVersion":"` + v + `","name":"rdma-net","type":"rdma-netns","prevResult":` + prevResultFor(v) + `}`
+			c, err := Parse([]byte(stdin), "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := c.Result
+			if r == nil {
+				t.Fatal("Result is nil although a prevResult was sent")
+			}
+			if r.CNIVersion != current.ImplementedSpecVersion {
+				t.Errorf("Result.CNIVersion = %q, want %q", r.CNIVersion, current.ImplementedSpecVersion)
+			}
+			if len(r.Interfaces) != 2 || r.Interfaces[1].Name != "net1" || r.Interfaces[1].Mac != "0a:58:0a:80:00:06" ||
+				r.Interfaces[1].Sandbox != "/var/run/netns/cni-1234" || r.Interfaces[0].Name != "eth0" {
+				b, _ := json.Marshal(r.Interfaces)
+				t.Errorf("interfaces not preserved: %s", b)
+			}
+			if len(r.IPs) != 2 {
+				t.Fatalf("got %d IPs, want 2", len(r.IPs))
+			}
+			if got := r.IPs[0].Address.String(); got != "10.128.0.5/23" {
+				t.Errorf("IP[0] = %s", got)
+			}
+			if !r.IPs[0].Gateway.Equal(net.ParseIP("10.128.0.1")) {
+				t.Errorf("IP[0] gateway = %v", r.IPs[0].Gateway)
+			}
+			if got := r.IPs[1].Address.String(); got != "fd00::5/64" {
+				t.Errorf("IP[1] = %s", got)
+			}
+			for i, ip := range r.IPs {
+				if ip.Interface == nil || *ip.Interface != 1 {
+					t.Errorf("IP[%d].Interface = %v, want 1", i, ip.Interface)
+				}
+			}
+			if len(r.Routes) != 1 || r.Routes[0].Dst.String() != "0.0.0.0/0" {
+				t.Errorf("routes not preserved: %+v", r.Routes)
+			}
+			if len(r.DNS.Nameservers) != 1 || r.DNS.Nameservers[0] != "10.0.0.10" {
+				t.Errorf("dns not preserved: %+v", r.DNS)
+			}
+		})
+	}
+}
+
+func TestParsePrevResultErrors(t *testing.T) {
+	tests := []struct{ name, stdin, want string }{
+		{"bad IP", `{"cniVersion":"1.0.0","name":"n","type":"t","prevResult":{"cniVersion":"1.0.0","ips":[{"address":"not-an-ip"}]}}`, "could not parse prevResult"},
+		{"prevResult not an object", `{"cniVersion":"1.0.0","name":"n","type":"t","prevResult":[1,2]}`, "failed to parse network configuration"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse([]byte(tt.stdin), "")
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("err = %v, want one containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestParseOversized(t *testing.T) {
+	// A valid config padded with whitespace past the limit: the size check
+	// must refuse it before anything is decoded.
+	base := `{"cniVersion":"1.0.0","name":"n","type":"rdma-netns"}`
+	big := base + strings.Repeat(" ", MaxConfigSize+1-len(base))
+	if len(big) != MaxConfigSize+1 {
+		t.Fatalf("test bug: len %d", len(big))
+	}
+	_, err := Parse([]byte(big), "")
+	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("more than the %d", MaxConfigSize)) {
+		t.Fatalf("err = %v, want a size error", err)
+	}
+	// Exactly at the limit is fine.
+	if _, err := Parse([]byte(big[:MaxConfigSize]), ""); err != nil {
+		t.Fatalf("config of exactly MaxConfigSize bytes refused: %v", err)
+	}
+}
+
+func TestParseInvalidJSON(t *testing.T) {
+	for _, s := range []string{``, `{`, `{"cniVersion":1}`, `{"rdmaQoS":{"tos":"high"}}`, `{"allowSharedMode":"yes"}`, `[]`} {
+		_, err := Parse([]byte(s), "")
+		if err == nil || !strings.Contains(err.Error(), "failed to parse network configuration") {
+			t.Errorf("Parse(%q) err = %v, want a parse error", s, err)
+		}
+	}
+}
+
+func TestParseCNIArgs(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    PerPodArgs
+		wantErr string
+	}{
+		{"", PerPodArgs{}, ""},
+		{"IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=p;K8S_POD_INFRA_CONTAINER_ID=abc;K8S_POD_UID=u", PerPodArgs{}, ""},
+		{"K8S_POD_NAME=p;rdmaDevice=mlx5_3", PerPodArgs{RdmaDevice: "mlx5_3"}, ""},
+		{"rdmaDevName=rdma0;rdmaDevice=mlx5_3;", PerPodArgs{RdmaDevice: "mlx5_3", RdmaDevName: "rdma0"}, ""},
+		{";;rdmaDevice=mlx5_3;;", PerPodArgs{RdmaDevice: "mlx5_3"}, ""},
+		{"rdmaDevice=", PerPodArgs{}, ""},
+		{"K8S_POD_NAME=p;garbage", PerPodArgs{}, `CNI_ARGS entry "garbage" is not KEY=VALUE`},
+		{"rdmaDevice", PerPodArgs{}, `CNI_ARGS entry "rdmaDevice" is not KEY=VALUE`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			c, err := Parse([]byte(`{"cniVersion":"1.0.0","name":"n","type":"rdma-netns"}`), tt.in)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err = %v, want %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.CNIArgs != tt.want {
+				t.Errorf("CNIArgs = %+v, want %+v", c.CNIArgs, tt.want)
+			}
+		})
+	}
+}
+
+func TestPrecedence(t *testing.T) {
+	type cfg struct {
+		conf, argsCNI, cniArgs string // rdmaDevice / rdmaDevName value at each level
+	}
+	levels := []struct {
+		name string
+		c    cfg
+		want Source
+	}{
+		{"all three", cfg{"c0", "a0", "e0"}, Source{"e0", "CNI_ARGS %s"}},
+		{"args.cni over config", cfg{"c0", "a0", ""}, Source{"a0", "args.cni.%s"}},
+		{"config only", cfg{"c0", "", ""}, Source{"c0", "%s"}},
+		{"CNI_ARGS over config", cfg{"c0", "", "e0"}, Source{"e0", "CNI_ARGS %s"}},
+		{"args.cni only", cfg{"", "a0", ""}, Source{"a0", "args.cni.%s"}},
+		{"none", cfg{"", "", ""}, Source{}},
+	}
+	for _, key := range []string{"rdmaDevice", "rdmaDevName"} {
+		get := (*NetConf).ExplicitDevice
+		if key == "rdmaDevName" {
+			get = (*NetConf).PodDevName
+		}
+		for _, l := range levels {
+			t.Run(key+"/"+l.name, func(t *testing.T) {
+				stdin := `{"cniVersion":"1.0.0","name":"n","type":"rdma-netns"`
+				if l.c.conf != "" {
+					stdin += `,"` + key + `":"` + l.c.conf + `"`
+				}
+				if l.c.argsCNI != "" {
+					stdin += `,"args":{"cni":{"` + key + `":"` + l.c.argsCNI + `"}}`
+				}
+				stdin += "}"
+				cniArgs := "K8S_POD_NAME=p"
+				if l.c.cniArgs != "" {
+					cniArgs += ";" + key + "=" + l.c.cniArgs
+				}
+				c, err := Parse([]byte(stdin), cniArgs)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := l.want
+				if want.From != "" {
+					want.From = fmt.Sprintf(want.From, key)
+				}
+				if got := get(c); got != want {
+					t.Errorf("got %+v, want %+v", got, want)
+				}
+			})
+		}
+	}
+
+	// rdmaDevice and rdmaDevName are independent: naming one does not
+	// select the other.
+	c, err := Parse([]byte(`{"cniVersion":"1.0.0","name":"n","type":"t","rdmaDevName":"r0"}`), "rdmaDevice=mlx5_9")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.ExplicitDevice(); got != (Source{"mlx5_9", "CNI_ARGS rdmaDevice"}) {
+		t.Errorf("ExplicitDevice = %+v", got)
+	}
+	if got := c.PodDevName(); got != (Source{"r0", "rdmaDevName"}) {
+		t.Errorf("PodDevName = %+v", got)
+	}
+}
+
+func TestDeviceIDPrecedence(t *testing.T) {
+	tests := []struct {
+		fields string
+		want   Source
+	}{
+		{`"runtimeConfig":{"deviceID":"0000:01:00.1"},"deviceID":"0000:01:00.2","pciBusID":"0000:01:00.3"`, Source{"0000:01:00.1", "runtimeConfig.deviceID"}},
+		{`"deviceID":"0000:01:00.2","pciBusID":"0000:01:00.3"`, Source{"0000:01:00.2", "deviceID"}},
+		{`"pciBusID":"0000:01:00.3"`, Source{"0000:01:00.3", "pciBusID"}},
+		{`"runtimeConfig":{"deviceID":"mlx5_core.sf.2"},"pciBusID":"0000:01:00.3"`, Source{"mlx5_core.sf.2", "runtimeConfig.deviceID"}},
+		{`"runtimeConfig":{"deviceID":""},"deviceID":"0000:01:00.2"`, Source{"0000:01:00.2", "deviceID"}},
+		{`"runtimeConfig":{}`, Source{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.fields, func(t *testing.T) {
+			c, err := Parse([]byte(`{"cniVersion":"1.0.0","name":"n","type":"t",`+tt.fields+`}`), "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := c.DeviceIDSource(); got != tt.want {
+				t.Errorf("DeviceIDSource = %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,94 @@
+package config
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func FuzzParse(f *testing.F) {
+	// The rdma-netns entry of a real conflist as the runtime hands it over,
+	// with the prevResult of the main plugin spliced in.
+	conflistEntry := `{
+		"cniVersion": "1.0.0",
+		"name": "sriov-rdma",
+		"type": "rdma-netns",
+		"deviceID": "0000:3b:00.2",
+		"rdmaDevName": "rdma0",
+		"rdmaQoS": {"tos": 106},
+		"logFile": "/var/log/rdma-netns.log",
+		"logLevel": "debug",
+		"runtimeConfig": {"deviceID": "0000:3b:00.2", "CNIDeviceInfoFile": "/var/run/k8s.cni.cncf.io/devinfo/cni/sriov-rdma-abc-net1"},
+		"prevResult": {
+			"cniVersion": "1.0.0",
+			"interfaces": [{"name": "net1", "mac": "2a:9c:10:e5:1d:44", "sandbox": "/var/run/netns/cni-5d6c"}],
+			"ips": [{"address": "192.168.100.7/24", "interface": 0}],
+			"dns": {}
+		}
+	}`
+	seeds := []struct{ stdin, args string }{
+		{conflistEntry, "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=rdma-pod;K8S_POD_INFRA_CONTAINER_ID=abc"},
+		{`{"cniVersion":"0.3.1","name":"n","type":"rdma-netns","prevResult":` + prevResultFor("0.3.1") + `}`, ""},
+		{`{"cniVersion":"0.4.0","name":"n","type":"rdma-netns","rdmaDevice":"mlx5_0","args":{"cni":{"rdmaDevice":"mlx5_1"}}}`, "rdmaDevice=mlx5_2"},
+		{`{"cniVersion":"1.1.0","name":"n","type":"rdma-netns","stateDir":"/run/x","rdmaQoS":{"tc":3}}`, "rdmaDevName=r0"},
+		{`{"cniVersion":"0.2.0","name":"n"}`, ""},
+		{`{"rdmaDevice":"../x","stateDir":"rel"}`, "bad"},
+		{`{"prevResult":{}}`, ""},
+		{`null`, ""},
+		{`{`, ""},
+	}
+	for _, s := range seeds {
+		f.Add([]byte(s.stdin), s.args)
+	}
+	f.Fuzz(func(t *testing.T, stdin []byte, cniArgs string) {
+		c, err := Parse(stdin, cniArgs)
+		if err != nil {
+			if c != nil {
+				t.Fatalf("Parse returned both a config and error %v", err)
+			}
+			return
+		}
+		if !filepath.IsAbs(c.StateDir) || strings.ContainsRune(c.StateDir, 0) {
+			t.Fatalf("accepted StateDir %q is not a clean absolute path", c.StateDir)
+		}
+		for _, p := range []string{c.LogFile, c.RuntimeConfig.CNIDeviceInfoFile} {
+			if p != "" && (!filepath.IsAbs(p) || strings.ContainsRune(p, 0)) {
+				t.Fatalf("accepted path %q is not absolute", p)
+			}
+		}
+		for _, n := range []string{
+			c.RdmaDevice, c.RdmaDevName, c.argsCNI().RdmaDevice, c.argsCNI().RdmaDevName,
+			c.CNIArgs.RdmaDevice, c.CNIArgs.RdmaDevName,
+			c.ExplicitDevice().Value, c.PodDevName().Value,
+		} {
+			if n != "" && !rdmaNameRe.MatchString(n) {
+				t.Fatalf("accepted RDMA device name %q fails rdmaNameRe", n)
+			}
+			if strings.Contains(n, "/") || n == "." || n == ".." {
+				t.Fatalf("accepted RDMA device name %q could escape a directory", n)
+			}
+		}
+		for _, id := range []string{c.DeviceID, c.PCIBusID, c.RuntimeConfig.DeviceID, c.DeviceIDSource().Value} {
+			if id != "" && !deviceIDRe.MatchString(id) {
+				t.Fatalf("accepted device ID %q fails deviceIDRe", id)
+			}
+		}
+		if c.CNIVersion != "" && !supported(c.CNIVersion) {
+			t.Fatalf("accepted unsupported cniVersion %q", c.CNIVersion)
+		}
+		if q := c.RdmaQoS; q != nil {
+			if q.ToS == nil && q.TC == nil {
+				t.Fatal("accepted empty rdmaQoS")
+			}
+			if (q.ToS != nil && (*q.ToS < 0 || *q.ToS > 255)) || (q.TC != nil && (*q.TC < 0 || *q.TC > 255)) {
+				t.Fatalf("accepted out-of-range rdmaQoS %+v", q)
+			}
+		}
+		if c.RawPrevResult != nil {
+			t.Fatal("RawPrevResult left unconverted")
+		}
+		if c.PrevResult != nil && c.Result == nil {
+			t.Fatal("PrevResult parsed but Result not set")
+		}
+	})
+}

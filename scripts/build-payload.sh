@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Build everything the test VM runs into one payload directory (the layout
+# scripts/vm-run.sh expects): cni/ holds CNI plugins for /opt/cni/bin, bin/
+# holds test binaries for /usr/local/bin, the rest lands in /payload.
+#
+# host-device, static and cnitool are built from their own modules at the
+# versions go.mod requires, so the VM runs exactly the code we depend on.
+#
+# Usage: build-payload.sh OUTDIR [extra guest scripts...]
+set -euo pipefail
+out=${1:?usage: build-payload.sh OUTDIR}
+shift
+top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$top"
+export CGO_ENABLED=0
+mkdir -p "$out/cni" "$out/bin"
+out=$(cd "$out" && pwd)
+log() { printf '[payload] %s\n' "$*" >&2; }
+
+plugins=$(go list -m -f '{{.Version}}' github.com/containernetworking/plugins)
+cni=$(go list -m -f '{{.Version}}' github.com/containernetworking/cni)
+
+log "rdma-netns"
+go build -trimpath -o "$out/cni/rdma-netns" .
+# go install caches by version: after the first run these take a second.
+log "host-device, static $plugins; cnitool $cni"
+GOBIN="$out/cni" go install \
+  "github.com/containernetworking/plugins/plugins/main/host-device@$plugins" \
+  "github.com/containernetworking/plugins/plugins/ipam/static@$plugins"
+GOBIN="$out/bin" go install "github.com/containernetworking/cni/cnitool@$cni"
+log "e2e test binary"
+go test -c -tags e2e -o "$out/bin/e2e.test" ./e2e
+for f in "$@"; do
+  cp "$f" "$out/"
+done

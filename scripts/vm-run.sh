@@ -1,0 +1,238 @@
+#!/usr/bin/env bash
+# Boot the RDMA test VM (Debian kernel + patched soft-RoCE, busybox initramfs)
+# under qemu TCG, run one shell command in it as root, and exit with that
+# command's exit status. See scripts/README.md for the guest contract.
+#
+# Usage:
+#   vm-run.sh [--netns-mode exclusive|shared] [--nics N] [--payload DIR]
+#             [--timeout SECS] [--memory MB] [--log FILE] -- CMD [ARGS...]
+#
+# CMD and ARGS are joined with spaces and run by the guest's `sh -c` (like
+# ssh does), so both `-- /payload/test.sh -v` and `-- 'a && b'` work.
+#
+# Exit status: the guest command's status; 124 if the timeout passed; 125 if
+# the VM failed (guest setup failed, kernel panic, or no exit marker).
+set -euo pipefail
+
+SCRIPTS_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+
+NETNS_MODE=exclusive
+NICS=9            # 8 pods at once plus a spare
+PAYLOAD=""
+TIMEOUT=1200
+MEMORY=2048
+LOG_OUT=""
+
+usage() { sed -n '2,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+log() { printf '[vm-run] %s\n' "$*" >&2; }
+die() { printf '[vm-run] ERROR: %s\n' "$*" >&2; exit 125; }
+
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --netns-mode) NETNS_MODE=${2:?}; shift 2 ;;
+    --nics) NICS=${2:?}; shift 2 ;;
+    --payload) PAYLOAD=${2:?}; shift 2 ;;
+    --timeout) TIMEOUT=${2:?}; shift 2 ;;
+    --memory) MEMORY=${2:?}; shift 2 ;;
+    --log) LOG_OUT=${2:?}; shift 2 ;;
+    --) shift; break ;;
+    -h|--help) usage ;;
+    *) echo "vm-run.sh: unknown option $1" >&2; usage ;;
+  esac
+done
+[ $# -gt 0 ] || { echo "vm-run.sh: missing -- CMD" >&2; usage; }
+case "$NETNS_MODE" in exclusive|shared) ;; *) die "--netns-mode must be exclusive or shared" ;; esac
+# PCI slots 3..31 are free on the i440fx machine (see NIC addresses below).
+[[ "$NICS" =~ ^[0-9]+$ ]] && [ "$NICS" -ge 1 ] && [ "$NICS" -le 28 ] || die "--nics must be 1..28"
+[[ "$TIMEOUT" =~ ^[0-9]+$ ]] || die "--timeout must be a number of seconds"
+[ -z "$PAYLOAD" ] || [ -d "$PAYLOAD" ] || die "--payload $PAYLOAD is not a directory"
+
+eval "$("$SCRIPTS_DIR/vm-prepare.sh" --print-env)"
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/vm-run.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+STAGE="$WORK/stage"
+mkdir -p "$STAGE/etc" "$STAGE/opt/cni/bin" "$STAGE/usr/local/bin" "$STAGE/payload"
+
+# --- payload: cni/ -> /opt/cni/bin, bin/ -> /usr/local/bin, rest -> /payload
+if [ -n "$PAYLOAD" ]; then
+  for e in "$PAYLOAD"/* "$PAYLOAD"/.[!.]*; do
+    [ -e "$e" ] || continue
+    case "$(basename "$e")" in
+      cni) cp -a "$e"/. "$STAGE/opt/cni/bin/" ;;
+      bin) cp -a "$e"/. "$STAGE/usr/local/bin/" ;;
+      *) cp -a "$e" "$STAGE/payload/" ;;
+    esac
+  done
+fi
+
+# --- run configuration, read by /init
+{
+  printf 'VM_NETNS_MODE=%s\n' "$NETNS_MODE"
+  printf 'VM_NICS=%s\n' "$NICS"
+  printf 'VM_KERNEL_ABI=%s\n' "$VM_ABI"
+} > "$STAGE/etc/vm.conf"
+printf '%s\n' "$*" > "$STAGE/etc/vm-cmd"
+
+# --- guest /init (kept here rather than in the cached base so that editing it
+# needs no cache rebuild). Busybox sh prefers its own applets over PATH, so the
+# iproute2 and kmod tools are called by full path.
+cat > "$STAGE/init" <<'INIT'
+#!/bin/sh
+export PATH=/bin:/sbin:/usr/bin:/usr/sbin:/usr/local/bin:/opt/cni/bin
+export HOME=/root TERM=dumb
+IP=/usr/sbin/ip
+RDMA=/usr/sbin/rdma
+MODPROBE=/sbin/modprobe
+
+# PID 1 must never exit (that panics the kernel and hides the reason): report
+# and power off instead.
+fail() {
+  echo "@@VM-SETUP-FAILED: $*"
+  echo "@@VM-EXIT=125"
+  sync
+  /bin/busybox poweroff -f
+  sleep 60
+}
+
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+mkdir -p /dev/pts /dev/shm
+mount -t devpts devpts /dev/pts
+mount -t tmpfs -o mode=1777 tmpfs /dev/shm
+mount -t tmpfs -o mode=0755 tmpfs /run
+mount -t tmpfs -o mode=1777 tmpfs /tmp
+mkdir -p /run/netns /var/lib/cni
+hostname rdma-vm
+. /etc/vm.conf
+
+# crc32_generic is listed before rdma_rxe: rxe asks the crypto API for crc32
+# at link-add time and fails if no implementation is registered.
+for m in $(cat /etc/vm-modules); do
+  $MODPROBE "$m" || fail "modprobe $m"
+done
+[ -d /sys/kernel/config ] && mount -t configfs configfs /sys/kernel/config
+
+# The netns mode can only change while no network namespace but init_net
+# exists, so this comes before anything that could create one.
+$RDMA system set netns "$VM_NETNS_MODE" || fail "rdma system set netns $VM_NETNS_MODE"
+
+$IP link set lo up
+
+# Virtio NICs in PCI order. Rename them eth0..ethN-1 in that order so that
+# ethN always pairs with rxeN, whatever order the driver probed them in.
+i=0
+while :; do
+  pcis=""
+  for d in /sys/class/net/*; do
+    [ "$(basename "$(readlink "$d/device/subsystem" 2>/dev/null)")" = virtio ] || continue
+    pcis="$pcis $(basename "$(readlink -f "$d/device/..")") $(basename "$d")"
+  done
+  n=$(echo $pcis | wc -w); n=$((n / 2))
+  [ "$n" -ge "$VM_NICS" ] && break
+  i=$((i + 1)); [ $i -lt 100 ] || fail "expected $VM_NICS virtio NICs, found $n"
+  sleep 0.1
+done
+set -- $(echo $pcis | xargs -n2 | sort | awk '{ print $2 }')
+k=0; for nd in "$@"; do $IP link set "$nd" name "vmtmp$k" || fail "rename $nd"; k=$((k + 1)); done
+k=0; for nd in "$@"; do $IP link set "vmtmp$k" name "eth$k" || fail "rename vmtmp$k"; k=$((k + 1)); done
+
+# One rxe device per NIC, with the sysfs layouts real hardware has (see
+# scripts/README.md). The rxe "parent" parameter is read at link-add time.
+PARAM=/sys/module/rdma_rxe/parameters/parent
+: > /run/rdma-layout
+k=0
+while [ $k -lt "$VM_NICS" ]; do
+  nd=eth$k
+  $IP link set "$nd" up || fail "link up $nd"
+  pci=$(basename "$(readlink -f /sys/class/net/$nd/device/..)")
+  pbus=$(basename "$(readlink /sys/class/net/$nd/device/subsystem)")
+  pname=$(basename "$(readlink /sys/class/net/$nd/device)")
+  if [ $k -eq $((VM_NICS - 1)) ]; then
+    # Named as udev's rdma rename (NAME_FALLBACK/path) would: roce + path.
+    dom=$(echo "$pci" | cut -d: -f1); bus=$(echo "$pci" | cut -d: -f2)
+    slot=$(echo "$pci" | cut -d: -f3 | cut -d. -f1); fn=$(echo "$pci" | cut -d. -f2)
+    name=roce
+    [ "$dom" != 0000 ] && name="${name}P$((0x$dom))"
+    name="${name}p$((0x$bus))s$((0x$slot))"
+    [ "$fn" != 0 ] && name="${name}f$fn"
+    layout=pf; level=2
+  elif [ $((k % 2)) -eq 0 ]; then
+    name=rxe$k; layout=pf; level=2
+  else
+    name=rxe$k; layout=child; level=1
+  fi
+  echo $level > $PARAM || fail "set rxe parent parameter"
+  $RDMA link add "$name" type rxe netdev "$nd" || fail "rdma link add $name netdev $nd"
+  got=$(basename "$(readlink /sys/class/infiniband/$name/device 2>/dev/null)")
+  if [ $layout = pf ]; then want=$pci; else want=$pname; fi
+  [ "$got" = "$want" ] || fail "$name: sysfs parent is '$got', want '$want'"
+  echo "$nd $name $layout $pci $pbus $pname" >> /run/rdma-layout
+  k=$((k + 1))
+done
+# Back to stock behaviour for devices the tests create themselves.
+echo 0 > $PARAM
+
+cd /payload
+sh -c "$(cat /etc/vm-cmd)" </dev/null
+rc=$?
+cd /
+# Leading newline: the command's last line may lack one.
+printf '\n@@VM-EXIT=%s\n' "$rc"
+sync
+/bin/busybox poweroff -f
+sleep 60
+INIT
+chmod 0755 "$STAGE/init"
+
+# Second cpio archive appended to the cached base one: the kernel unpacks
+# concatenated archives in order, later files overriding earlier ones.
+(cd "$STAGE" && find . -mindepth 1 | LC_ALL=C sort | cpio -o -H newc -R 0:0 --quiet) > "$WORK/run.cpio"
+cat "$VM_BASE_CPIO" "$WORK/run.cpio" > "$WORK/initrd"
+
+# NICs at fixed PCI slots starting at 3 (slots 0-1 are the i440fx host/ISA
+# bridges; 2 is left free), so names derived from PCI addresses are stable:
+# with 9 NICs the last one is 0000:00:0b.0 -> rocep0s11. All NICs sit on one
+# qemu hub with no host backend: no traffic leaves the VM. romfile= skips the
+# iPXE option ROM we never boot from.
+NIC_ARGS=()
+for ((i = 0; i < NICS; i++)); do
+  NIC_ARGS+=(-netdev "hubport,hubid=0,id=n$i"
+             -device "virtio-net-pci,netdev=n$i,addr=$(printf '0x%x' $((3 + i))),romfile=")
+done
+
+LOG="$WORK/console.log"
+log "booting $VM_ABI ($VM_KVER) under TCG: $NICS NICs, netns $NETNS_MODE, timeout ${TIMEOUT}s"
+start=$(date +%s)
+set +e
+# TCG, not KVM: KVM guests hang on this kind of host. panic=-1 plus -no-reboot
+# turns a guest panic into a prompt qemu exit instead of a hang until timeout;
+# oops=panic does the same for oopses. \r is stripped from the serial console.
+timeout -k 10 "$TIMEOUT" qemu-system-x86_64 \
+  -accel tcg -machine pc -smp 2 -m "$MEMORY" \
+  -nodefaults -no-user-config -display none -monitor none -serial stdio -no-reboot \
+  -kernel "$VM_KERNEL" -initrd "$WORK/initrd" \
+  -append "console=ttyS0 loglevel=3 panic=-1 oops=panic mitigations=off" \
+  "${NIC_ARGS[@]}" </dev/null 2>&1 | sed -u 's/\r$//' | tee "$LOG"
+qemu_rc=${PIPESTATUS[0]}
+set -e
+[ -z "$LOG_OUT" ] || cp "$LOG" "$LOG_OUT"
+elapsed=$(( $(date +%s) - start ))
+
+marker=$(grep -a -o '^@@VM-EXIT=[0-9]*' "$LOG" | tail -n1 || true)
+if [ "$qemu_rc" = 124 ] || [ "$qemu_rc" = 137 ]; then
+  log "timeout: no exit after ${TIMEOUT}s"
+  exit 124
+fi
+if grep -aq 'Kernel panic' "$LOG"; then
+  log "guest kernel panicked (after ${elapsed}s)"
+  exit 125
+fi
+if [ -z "$marker" ]; then
+  log "no exit marker from the guest (qemu exit status $qemu_rc, after ${elapsed}s)"
+  exit 125
+fi
+rc=${marker#@@VM-EXIT=}
+log "guest command exited $rc (VM ran ${elapsed}s)"
+exit "$rc"
