@@ -137,6 +137,15 @@ func (c *call) attach(rec *state.Record) error {
 		c.log.Infof("renamed RDMA device %s to %s inside the pod", rec.Device, rec.PodName)
 	}
 
+	if q := c.qos(); q != nil {
+		if err := c.p.Kernel.ApplyQoS(c.args.Netns, rec.InPod(), *q); err != nil {
+			return rollback(fmt.Errorf("cannot apply rdmaQoS to RDMA device %s: %v", rec.InPod(), err))
+		}
+		rec.QoS = true
+		undo = append(undo, func() error { return c.p.Kernel.ClearQoS(rec.InPod()) })
+		c.log.Infof("applied rdmaQoS to RDMA device %s", rec.InPod())
+	}
+
 	rec.State = state.StateAttached
 	if err := c.store.Put(rec); err != nil {
 		return rollback(fmt.Errorf("cannot record the attachment of RDMA device %s: %v", rec.Device, err))

@@ -64,5 +64,10 @@ func (c *call) check() error {
 	if !in {
 		return fmt.Errorf("RDMA device %s is no longer in the pod's netns %s: something moved or removed it", rec.InPod(), c.args.Netns)
 	}
+	if q := c.qos(); q != nil {
+		if err := c.p.Kernel.VerifyQoS(c.args.Netns, rec.InPod(), *q); err != nil {
+			return fmt.Errorf("rdmaQoS no longer holds: %v", err)
+		}
+	}
 	return nil
 }

@@ -51,6 +51,7 @@ func (c *call) del() error {
 	if err := c.release(rec, c.args.Netns); err != nil {
 		return err
 	}
+	c.clearQoS(rec)
 	return c.store.Delete(rec.Key)
 }
 
@@ -97,4 +98,16 @@ func (c *call) restoreHostName(rec *state.Record) error {
 	}
 	c.log.Infof("renamed RDMA device %s back to %s in the host", rec.PodName, rec.Device)
 	return nil
+}
+
+// clearQoS drops the rdma_cm settings group of a released device. The
+// settings themselves died with the move, so a failure only leaves an
+// empty group behind and must not fail DEL.
+func (c *call) clearQoS(rec *state.Record) {
+	if !rec.QoS {
+		return
+	}
+	if err := c.p.Kernel.ClearQoS(rec.InPod()); err != nil {
+		c.log.Warnf("%v", err)
+	}
 }

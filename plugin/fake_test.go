@@ -18,6 +18,7 @@ import (
 	"github.com/rdma-netns/rdma-netns/pkg/rdmadev"
 	"github.com/rdma-netns/rdma-netns/pkg/rdmadev/sysfstest"
 	"github.com/rdma-netns/rdma-netns/pkg/rdmans"
+	"github.com/rdma-netns/rdma-netns/pkg/roceqos"
 )
 
 // fakeKernel keeps RDMA devices in memory: where each one is ("" = host,
@@ -32,14 +33,17 @@ type fakeKernel struct {
 	parents map[string][2]string // "netns/ifname" -> bus, device
 	moves   int
 
+	qos map[string]roceqos.Settings // device name -> applied settings
+
 	// Failure and side-effect injection.
+	failQoS     error
 	failMoveIn  error
 	failMoveOut error
 	afterMoveIn func()
 }
 
 func newFakeKernel(devs ...string) *fakeKernel {
-	k := &fakeKernel{mode: rdmans.ModeExclusive, where: map[string]string{}, parents: map[string][2]string{}}
+	k := &fakeKernel{mode: rdmans.ModeExclusive, where: map[string]string{}, parents: map[string][2]string{}, qos: map[string]roceqos.Settings{}}
 	for _, d := range devs {
 		k.where[d] = ""
 	}
@@ -79,6 +83,7 @@ func (k *fakeKernel) MoveToNetns(dev, nsPath string) error {
 		return fmt.Errorf("RDMA device %s is not in the host network namespace", dev)
 	}
 	k.where[dev] = nsPath
+	delete(k.qos, dev)
 	k.moves++
 	hook := k.afterMoveIn
 	k.mu.Unlock()
@@ -129,6 +134,43 @@ func (k *fakeKernel) NetdevParent(nsPath, ifName string) (string, string, error)
 		return "", "", fmt.Errorf("failed to find netdev %s in netns %s", ifName, nsPath)
 	}
 	return p[0], p[1], nil
+}
+
+func (k *fakeKernel) ApplyQoS(nsPath, dev string, s roceqos.Settings) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.failQoS != nil {
+		return k.failQoS
+	}
+	if k.where[dev] != nsPath {
+		return fmt.Errorf("RDMA device %s is not in %s", dev, nsPath)
+	}
+	k.qos[dev] = s
+	return nil
+}
+
+func (k *fakeKernel) VerifyQoS(nsPath, dev string, s roceqos.Settings) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	got, ok := k.qos[dev]
+	if !ok || fmt.Sprint(deref(got.ToS), deref(got.TC)) != fmt.Sprint(deref(s.ToS), deref(s.TC)) {
+		return fmt.Errorf("RoCE type of service of %s port 1 is %v, want %v", dev, deref(got.ToS), deref(s.ToS))
+	}
+	return nil
+}
+
+func (k *fakeKernel) ClearQoS(dev string) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	delete(k.qos, dev)
+	return nil
+}
+
+func deref(p *int) any {
+	if p == nil {
+		return nil
+	}
+	return *p
 }
 
 // destroy mimics the kernel tearing down a netns: its devices go home.

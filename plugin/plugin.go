@@ -21,6 +21,7 @@ import (
 	"github.com/rdma-netns/rdma-netns/pkg/logging"
 	"github.com/rdma-netns/rdma-netns/pkg/rdmadev"
 	"github.com/rdma-netns/rdma-netns/pkg/rdmans"
+	"github.com/rdma-netns/rdma-netns/pkg/roceqos"
 	"github.com/rdma-netns/rdma-netns/pkg/state"
 )
 
@@ -34,7 +35,23 @@ type Kernel interface {
 	MoveToHost(dev, nsPath string) error
 	Rename(nsPath, from, to string) error
 	NetdevParent(nsPath, ifName string) (bus, name string, err error)
+	ApplyQoS(nsPath, dev string, s roceqos.Settings) error
+	VerifyQoS(nsPath, dev string, s roceqos.Settings) error
+	ClearQoS(dev string) error
 }
+
+// hostKernel is the running kernel: RDMA netlink plus rdma_cm configfs.
+type hostKernel struct{ rdmans.Netlink }
+
+func (hostKernel) ApplyQoS(nsPath, dev string, s roceqos.Settings) error {
+	return roceqos.Apply(nsPath, dev, s)
+}
+
+func (hostKernel) VerifyQoS(nsPath, dev string, s roceqos.Settings) error {
+	return roceqos.Verify(nsPath, dev, s)
+}
+
+func (hostKernel) ClearQoS(dev string) error { return roceqos.Remove(dev) }
 
 // Plugin holds the kernel-facing parts of the verbs.
 type Plugin struct {
@@ -50,7 +67,7 @@ type Plugin struct {
 
 // New returns the plugin wired to the running kernel.
 func New() *Plugin {
-	return &Plugin{Kernel: rdmans.Netlink{}, Sysfs: rdmadev.Sysfs{Root: "/sys"}, LockTimeout: 30 * time.Second}
+	return &Plugin{Kernel: hostKernel{}, Sysfs: rdmadev.Sysfs{Root: "/sys"}, LockTimeout: 30 * time.Second}
 }
 
 // Funcs are the verbs for skel.PluginMainFuncs.
@@ -132,6 +149,14 @@ func errSharedMode(mode string) error {
 		"Switch the node to exclusive mode: add \"options ib_core netns_mode=0\" to /etc/modprobe.d/ib_core.conf and reboot, "+
 		"or run \"rdma system set netns exclusive\" before any network namespace exists (early at boot, before the container runtime starts). "+
 		"To start pods without isolation instead, set \"allowSharedMode\": true in the rdma-netns config", mode)
+}
+
+// qos is the configured rdmaQoS, nil when unset.
+func (c *call) qos() *roceqos.Settings {
+	if q := c.conf.RdmaQoS; q != nil {
+		return &roceqos.Settings{ToS: q.ToS, TC: q.TC}
+	}
+	return nil
 }
 
 // netnsGone reports whether the pod netns no longer exists, in which case

@@ -680,3 +680,37 @@ func TestRenameClashRefused(t *testing.T) {
 		t.Fatal("something changed")
 	}
 }
+
+func TestQoSAppliedCheckedAndCleared(t *testing.T) {
+	e := newEnv(t)
+	p := e.newPod("c1", "net1", "virtio", "virtio1")
+	conf := e.netconf(p, "1.1.0", map[string]any{"rdmaQoS": map[string]any{"tos": 106}, "rdmaDevName": "roce0"})
+	if _, err := e.add(p, conf, ""); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.kernel.qos["roce0"]; got.ToS == nil || *got.ToS != 106 {
+		t.Fatalf("ToS not applied to the renamed device: %+v", e.kernel.qos)
+	}
+	if err := e.check(p, conf); err != nil {
+		t.Fatalf("CHECK: %v", err)
+	}
+	delete(e.kernel.qos, "roce0") // e.g. the device was reset
+	wantErr(t, e.check(p, conf), "rdmaQoS no longer holds", "roce0")
+	if err := e.del(p, conf); err != nil {
+		t.Fatal(err)
+	}
+	e.wantWhere("rxe1", "host")
+}
+
+func TestQoSFailureRollsBack(t *testing.T) {
+	e := newEnv(t)
+	p := e.newPod("c1", "net1", "virtio", "virtio1")
+	e.kernel.failQoS = errors.New("the rdma_cm module is not loaded")
+	_, err := e.add(p, e.netconf(p, "1.1.0", map[string]any{"rdmaQoS": map[string]any{"tos": 106}, "rdmaDevName": "roce0"}), "")
+	wantErr(t, err, "cannot apply rdmaQoS to RDMA device roce0", "rdma_cm")
+	e.wantWhere("rxe1", "host")
+	e.wantWhere("roce0", "<absent>")
+	if len(e.records()) != 0 {
+		t.Fatal("record left after rollback")
+	}
+}

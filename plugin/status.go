@@ -61,6 +61,7 @@ func (c *call) gc() error {
 			errs = append(errs, fmt.Errorf("%s: %v", rec.Key, err))
 			continue
 		}
+		c.clearQoS(rec)
 		if err := c.store.Delete(rec.Key); err != nil {
 			errs = append(errs, err)
 			continue

@@ -32,6 +32,8 @@ type Record struct {
 	PCIAddress string    `json:"pciAddress,omitempty"`
 	Rule       string    `json:"rule,omitempty"`
 	State      string    `json:"state"`
+	// QoS is set when rdmaQoS was applied, so DEL knows to clean it up.
+	QoS bool `json:"qos,omitempty"`
 	Created    time.Time `json:"created"`
 }
 
