@@ -25,16 +25,16 @@ const (
 type Record struct {
 	Version int `json:"version"`
 	Key
-	Netns      string    `json:"netns"`
-	Device     string    `json:"rdmaDevice"`
-	PodName    string    `json:"podDevName,omitempty"`
-	DevPath    string    `json:"devPath,omitempty"`
-	PCIAddress string    `json:"pciAddress,omitempty"`
-	Rule       string    `json:"rule,omitempty"`
-	State      string    `json:"state"`
+	Netns      string `json:"netns"`
+	Device     string `json:"rdmaDevice"`
+	PodName    string `json:"podDevName,omitempty"`
+	DevPath    string `json:"devPath,omitempty"`
+	PCIAddress string `json:"pciAddress,omitempty"`
+	Rule       string `json:"rule,omitempty"`
+	State      string `json:"state"`
 	// QoS is set when rdmaQoS was applied, so DEL knows to clean it up.
-	QoS bool `json:"qos,omitempty"`
-	Created    time.Time `json:"created"`
+	QoS     bool      `json:"qos,omitempty"`
+	Created time.Time `json:"created"`
 }
 
 var (
