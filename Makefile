@@ -34,7 +34,7 @@ unit: lint
 
 payload:
 	rm -rf $(PAYLOAD)
-	scripts/build-payload.sh $(PAYLOAD) $(wildcard scripts/guest/*.sh)
+	scripts/build-payload.sh $(PAYLOAD) $(wildcard scripts/guest/*.sh) conf/rdma-net.conflist
 
 vm-prepare:
 	scripts/vm-prepare.sh
@@ -43,6 +43,10 @@ vm-prepare:
 e2e: payload
 	$(VM_RUN) --payload $(PAYLOAD) -- e2e.test $(E2E_FLAGS)
 	$(VM_RUN) --netns-mode shared --nics 4 --payload $(PAYLOAD) -- e2e.test $(E2E_FLAGS) -test.run TestSharedMode
+
+## demo: the seed story in the test VM: a pod gets its NIC and RDMA device.
+demo: payload
+	@$(VM_RUN) --nics 3 --payload $(PAYLOAD) -- /payload/demo.sh
 
 clean:
 	rm -rf $(OUT)
