@@ -25,6 +25,9 @@ func Write(path, pciAddress, rdmaDev string) error {
 		if err := json.Unmarshal(data, &doc); err != nil {
 			return fmt.Errorf("device-info file %s exists but is not valid JSON: %v", path, err)
 		}
+		if doc == nil { // the file held JSON null
+			doc = map[string]any{}
+		}
 	case errors.Is(err, os.ErrNotExist):
 	default:
 		return fmt.Errorf("failed to read device-info file %s: %v", path, err)
