@@ -6,6 +6,9 @@ VM_RUN  := scripts/vm-run.sh
 # Unit tests need root (network namespaces); e2e boots a VM with qemu.
 E2E_FLAGS ?= -test.v
 
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X github.com/containernetworking/plugins/pkg/utils/buildversion.BuildVersion=$(VERSION)
+
 export CGO_ENABLED = 0
 
 .PHONY: all build test unit lint e2e e2e-exclusive e2e-shared demo payload vm-prepare clean
@@ -15,7 +18,7 @@ all: build
 build: $(OUT)/rdma-netns
 
 $(OUT)/rdma-netns: FORCE
-	$(GO) build -trimpath -o $@ .
+	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $@ .
 
 FORCE:
 
