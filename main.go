@@ -1,16 +1,23 @@
 // Command rdma-netns is a CNI meta-plugin that moves the RDMA device of a
-// pod's netdev into the pod's network namespace.
+// pod's netdev into the pod's network namespace. Run by a person as
+// `rdma-netns doctor`, it diagnoses the node and pods instead.
 package main
 
 import (
+	"os"
+
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/version"
 	bv "github.com/containernetworking/plugins/pkg/utils/buildversion"
 
 	"github.com/rdma-netns/rdma-netns/pkg/config"
+	"github.com/rdma-netns/rdma-netns/pkg/doctor"
 	"github.com/rdma-netns/rdma-netns/plugin"
 )
 
 func main() {
+	if os.Getenv("CNI_COMMAND") == "" && len(os.Args) > 1 && os.Args[1] == "doctor" {
+		os.Exit(doctor.Main(os.Args[2:], os.Stdout, os.Stderr))
+	}
 	skel.PluginMainFuncs(plugin.New().Funcs(), version.PluginSupports(config.SupportedVersions...), bv.BuildString("rdma-netns"))
 }

@@ -1,0 +1,244 @@
+package doctor
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+)
+
+// Severity grades a finding. Only Fail makes the exit status non-zero:
+// warnings are things that may bite later or that a person should look at,
+// but nothing is known to be broken.
+type Severity string
+
+const (
+	OK   Severity = "ok"
+	Warn Severity = "warn"
+	Fail Severity = "fail"
+)
+
+// Finding is one answer of the doctor: what was checked, about what, how
+// it went, why, and what to do about it.
+type Finding struct {
+	Severity Severity `json:"severity"`
+	// Check names the kind of check, e.g. "netns-mode", "leak", "memlock".
+	Check string `json:"check"`
+	// Subject is what the check is about: a device, a process, the node.
+	Subject string `json:"subject,omitempty"`
+	Reason  string `json:"reason"`
+	Remedy  string `json:"remedy,omitempty"`
+}
+
+// Report is everything one run found. Node is set for the node view, Pod
+// for the pod view.
+type Report struct {
+	Node     *NodeView `json:"node,omitempty"`
+	Pod      *PodView  `json:"pod,omitempty"`
+	Findings []Finding `json:"findings"`
+	// Summary counts the findings by severity.
+	Summary map[Severity]int `json:"summary"`
+	// ExitCode is what the command exits with: 1 when anything failed.
+	ExitCode int `json:"exitCode"`
+}
+
+func (r *Report) add(sev Severity, check, subject, reason, remedy string) {
+	r.Findings = append(r.Findings, Finding{Severity: sev, Check: check, Subject: subject, Reason: reason, Remedy: remedy})
+}
+
+// finish fills Summary and ExitCode from the findings.
+func (r *Report) finish() {
+	r.Summary = map[Severity]int{OK: 0, Warn: 0, Fail: 0}
+	r.ExitCode = 0
+	for _, f := range r.Findings {
+		r.Summary[f.Severity]++
+		if f.Severity == Fail {
+			r.ExitCode = 1
+		}
+	}
+}
+
+// WriteJSON writes the report as one indented JSON document.
+func (r *Report) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+// WriteText writes the report for a person: the views as aligned tables,
+// then the findings, worst first within their original order.
+func (r *Report) WriteText(w io.Writer) error {
+	b := &strings.Builder{}
+	if r.Node != nil {
+		writeNode(b, r.Node)
+	}
+	if r.Pod != nil {
+		writePod(b, r.Pod)
+	}
+	b.WriteString("Findings\n")
+	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
+	for _, sev := range []Severity{Fail, Warn, OK} {
+		for _, f := range r.Findings {
+			if f.Severity != sev {
+				continue
+			}
+			subj := f.Subject
+			if subj == "" {
+				subj = "-"
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", strings.ToUpper(string(f.Severity)), f.Check, subj, f.Reason)
+			if f.Remedy != "" {
+				fmt.Fprintf(tw, "  \t\t\tfix: %s\n", f.Remedy)
+			}
+		}
+	}
+	tw.Flush()
+	fmt.Fprintf(b, "\n%d ok, %d warning(s), %d failure(s); exit status %d\n",
+		r.Summary[OK], r.Summary[Warn], r.Summary[Fail], r.ExitCode)
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func writeNode(b *strings.Builder, n *NodeView) {
+	b.WriteString("RDMA subsystem\n")
+	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
+	mode := n.NetnsMode
+	if mode == "" {
+		mode = "unavailable"
+		if n.ModeError != "" {
+			mode += " (" + n.ModeError + ")"
+		}
+	}
+	fmt.Fprintf(tw, "  netns mode\t%s\n", mode)
+	persist := "not configured"
+	if n.Persistent != "" {
+		persist = n.Persistent
+	}
+	fmt.Fprintf(tw, "  persistent setting\t%s\n", persist)
+	if n.StateDirPresent {
+		fmt.Fprintf(tw, "  state directory\t%s (%d record(s))\n", n.StateDir, len(n.Records))
+	} else {
+		fmt.Fprintf(tw, "  state directory\t%s (not present)\n", n.StateDir)
+	}
+	tw.Flush()
+	b.WriteString("\nRDMA devices\n")
+	if len(n.Devices) == 0 {
+		b.WriteString("  none\n")
+	} else {
+		writeDevices(b, n.Devices, true)
+	}
+	b.WriteString("\n")
+}
+
+func writeDevices(b *strings.Builder, devs []Device, withLocation bool) {
+	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
+	hdr := "  DEVICE\tDRIVER\tPCI\tPORT\tSTATE\tNETDEV\tGIDS\tCHAR DEVICES"
+	if withLocation {
+		hdr += "\tLOCATION"
+	}
+	fmt.Fprintln(tw, hdr)
+	for _, d := range devs {
+		ports := d.Ports
+		if len(ports) == 0 {
+			ports = []Port{{}}
+		}
+		for i, p := range ports {
+			name, driver, pci, chars, loc := d.Name, dash(d.Driver), dash(d.PCIAddress), dash(strings.Join(baseNames(d.CharDevices), " ")), d.Location.String()
+			if i > 0 {
+				name, driver, pci, chars, loc = "", "", "", "", ""
+			}
+			port := "-"
+			if p.Port != 0 {
+				port = fmt.Sprint(p.Port)
+			}
+			gids := "-"
+			if p.Port != 0 {
+				gids = fmt.Sprint(p.GIDs)
+			}
+			line := fmt.Sprintf("  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s", name, driver, pci, port, dash(p.State), dash(strings.Join(p.Netdevs, ",")), gids, chars)
+			if withLocation {
+				line += "\t" + loc
+			}
+			fmt.Fprintln(tw, line)
+		}
+	}
+	tw.Flush()
+}
+
+func writePod(b *strings.Builder, p *PodView) {
+	fmt.Fprintf(b, "Pod network namespace %s (inode %d)\n", p.Netns, p.Inode)
+	b.WriteString("\nRDMA devices in it\n")
+	if len(p.Devices) == 0 {
+		b.WriteString("  none\n")
+	} else {
+		writeDevices(b, p.Devices, false)
+	}
+	b.WriteString("\nProcesses in it\n")
+	if len(p.Processes) == 0 {
+		b.WriteString("  none\n")
+	} else {
+		tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
+		want := podCharDevices(p)
+		fmt.Fprintln(tw, "  PID\tCOMMAND\tMEMLOCK (soft)\tCAP_IPC_LOCK\t/dev/shm\t/dev/infiniband")
+		for _, pr := range p.Processes {
+			ipc := "no"
+			if pr.CapIPCLock {
+				ipc = "yes"
+			}
+			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\n", pr.PID, pr.Comm, pr.Memlock.String(), ipc, pr.ShmString(), charSummary(pr.CharDevices, want))
+		}
+		tw.Flush()
+	}
+	b.WriteString("\n")
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func baseNames(paths []string) []string {
+	out := make([]string, 0, len(paths))
+	for _, p := range paths {
+		out = append(out, p[strings.LastIndexByte(p, '/')+1:])
+	}
+	return out
+}
+
+// FormatBytes prints a size the way people say it: 64MiB, 1GiB, 8KiB.
+func FormatBytes(n uint64) string {
+	units := []string{"B", "KiB", "MiB", "GiB", "TiB"}
+	i := 0
+	v := float64(n)
+	for v >= 1024 && i < len(units)-1 {
+		v /= 1024
+		i++
+	}
+	if v == float64(uint64(v)) {
+		return fmt.Sprintf("%d%s", uint64(v), units[i])
+	}
+	return fmt.Sprintf("%.1f%s", v, units[i])
+}
+
+// charSummary shows the character devices of the pod's RDMA devices that a
+// process has, and how many others it sees besides.
+func charSummary(have, want []string) string {
+	if len(want) == 0 {
+		return dash(strings.Join(have, " "))
+	}
+	var shown []string
+	for _, h := range have {
+		if slices.Contains(want, h) {
+			shown = append(shown, h)
+		}
+	}
+	s := dash(strings.Join(shown, " "))
+	if others := len(have) - len(shown); others > 0 {
+		s += fmt.Sprintf(" (+%d others)", others)
+	}
+	return s
+}

@@ -1,0 +1,62 @@
+package doctor
+
+import (
+	"os"
+	"slices"
+	"testing"
+
+	"github.com/containernetworking/plugins/pkg/testutils"
+)
+
+// PrivateSysfs shows the netdevs of the target netns (a fresh one has only
+// lo) and leaves the doctor's own view of /sys and its netns alone.
+func TestPrivateSysfs(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: creates a netns and mounts sysfs")
+	}
+	target, err := testutils.NewNS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer testutils.UnmountNS(target)
+	defer target.Close()
+	before, err := NetnsOf("/proc/self/ns/net")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hostNet := classNet(t, "/sys")
+	for i := 0; i < 3; i++ { // new threads each time, none left behind in the netns
+		var inside []string
+		if err := PrivateSysfs(target.Path(), func(root string) error {
+			inside = classNet(t, root)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(inside, []string{"lo"}) {
+			t.Fatalf("class/net in the new netns = %v, want [lo]", inside)
+		}
+	}
+	if got := classNet(t, "/sys"); !slices.Equal(got, hostNet) {
+		t.Fatalf("host /sys/class/net changed: %v -> %v", hostNet, got)
+	}
+	if after, _ := NetnsOf("/proc/self/ns/net"); after != before {
+		t.Fatal("the doctor's main thread left its netns")
+	}
+	if err := PrivateSysfs("/nonexistent", func(string) error { return nil }); err == nil {
+		t.Fatal("no error for a missing netns")
+	}
+}
+
+func classNet(t *testing.T, root string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(root + "/class/net")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names
+}
