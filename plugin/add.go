@@ -194,7 +194,18 @@ func (c *call) resume() (bool, error) {
 		}
 	}
 	// The device is not in this pod: an interrupted ADD, or a record for a
-	// previous sandbox with the same ID. Put a renamed device's name back.
+	// previous sandbox with the same ID. An ADD killed between the move and
+	// the rename left it in this pod under its host name: take it back so
+	// this ADD starts afresh. Put a renamed device's name back.
+	if rec.PodName != "" && rec.Netns == c.args.Netns {
+		if in, err := c.p.Kernel.InNetns(c.args.Netns, rec.Device); err != nil {
+			return false, err
+		} else if in {
+			if err := c.p.Kernel.MoveToHost(rec.Device, c.args.Netns); err != nil {
+				return false, err
+			}
+		}
+	}
 	if rec.PodName != "" {
 		if in, _ := c.p.Kernel.InHost(rec.PodName); in {
 			if err := c.p.Kernel.Rename("", rec.PodName, rec.Device); err != nil {

@@ -3,6 +3,7 @@ package plugin
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
@@ -61,17 +62,25 @@ func (c *call) del() error {
 func (c *call) release(rec *state.Record, netnsPath string) error {
 	if netnsGone(netnsPath) {
 		c.log.Infof("pod netns %q is gone; the kernel has returned RDMA device %s to the host", netnsPath, rec.Device)
+		c.awaitReturn(rec)
 		return c.restoreHostName(rec)
 	}
-	inPod, err := c.p.Kernel.InNetns(netnsPath, rec.InPod())
+	name := rec.InPod()
+	inPod, err := c.p.Kernel.InNetns(netnsPath, name)
+	if err == nil && !inPod && rec.PodName != "" {
+		// An ADD or DEL killed between the move and the rename left the
+		// device in the pod under its host name.
+		name = rec.Device
+		inPod, err = c.p.Kernel.InNetns(netnsPath, name)
+	}
 	if err != nil {
-		return fmt.Errorf("cannot look for RDMA device %s in netns %s: %v", rec.InPod(), netnsPath, err)
+		return fmt.Errorf("cannot look for RDMA device %s in netns %s: %v", name, netnsPath, err)
 	}
 	if !inPod {
 		c.log.Infof("RDMA device %s is not in netns %s (already back in the host, or gone)", rec.InPod(), netnsPath)
 		return c.restoreHostName(rec)
 	}
-	if rec.PodName != "" {
+	if name != rec.Device {
 		if err := c.p.Kernel.Rename(netnsPath, rec.PodName, rec.Device); err != nil {
 			return fmt.Errorf("cannot restore the name of RDMA device %s (called %s in the pod): %v; retry DEL", rec.Device, rec.PodName, err)
 		}
@@ -81,6 +90,32 @@ func (c *call) release(rec *state.Record, netnsPath string) error {
 	}
 	c.log.Infof("returned RDMA device %s to the host", rec.Device)
 	return nil
+}
+
+// returnWait bounds how long DEL waits for the kernel to return a renamed
+// device from a deleted pod netns: netns cleanup runs asynchronously, and
+// a device that comes back after DEL would keep its pod-side name.
+const returnWait = 3 * time.Second
+
+// awaitReturn waits until a renamed device is visible in the host again.
+// An unrenamed device comes back under the right name on its own.
+func (c *call) awaitReturn(rec *state.Record) {
+	if rec.PodName == "" {
+		return
+	}
+	deadline := time.Now().Add(returnWait)
+	for {
+		for _, name := range []string{rec.PodName, rec.Device} {
+			if in, err := c.p.Kernel.InHost(name); err == nil && in {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			c.log.Warnf("RDMA device %s (%s in the pod) did not come back to the host within %s of its pod netns being deleted; if it appears later as %s, rename it with `rdma dev set %s name %s`", rec.Device, rec.PodName, returnWait, rec.PodName, rec.PodName, rec.Device)
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // restoreHostName renames a device that came back to the host (when its pod
