@@ -23,7 +23,7 @@ $(OUT)/rdma-netns: FORCE
 FORCE:
 
 ## test: unit tests, then the real-kernel end-to-end suite in the test VM.
-test: unit e2e
+test: unit e2e stress-short
 
 lint:
 	@fmt=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$fmt" ]; then echo "gofmt needed: $$fmt"; exit 1; fi
@@ -50,6 +50,41 @@ e2e: payload
 ## demo: the seed story in the test VM: a pod gets its NIC and RDMA device.
 demo: payload
 	@$(VM_RUN) --nics 3 --payload $(PAYLOAD) -- /payload/demo.sh
+
+## bench: cost of ADD/DEL against the kernel's own cost of the move, and
+## scale to 16 NICs, in the test VM; the table lands in $(OUT)/bench.txt.
+BENCH_FLAGS ?=
+bench: payload
+	@{ $(VM_RUN) --nics 17 --payload $(PAYLOAD) -- rdma-netns-bench $(BENCH_FLAGS); echo $$? > $(OUT)/bench.rc; } | tee $(OUT)/bench.log
+	@sed -n '/^=== BENCH TABLE BEGIN ===/,/^=== BENCH TABLE END ===/p' $(OUT)/bench.log | sed '1d;$$d' > $(OUT)/bench.txt
+	@rc=$$(cat $(OUT)/bench.rc); rm -f $(OUT)/bench.rc; [ "$$rc" != 0 ] || echo "bench table: $(OUT)/bench.txt"; exit $$rc
+
+## stress: fuzz the parsers on the host, then seeded random ADD/DEL rounds,
+## racing ADDs, injected faults and bad input in the test VM. Reproduce a
+## run with STRESS_FLAGS="-seed N".
+STRESS_ROUNDS ?= 200
+STRESS_FLAGS ?=
+STRESS_SHORT_FLAGS ?= -rounds 40 -races 6 -kills 12
+stress: fuzz stress-vm
+
+stress-vm: payload
+	$(VM_RUN) --nics 10 --payload $(PAYLOAD) -- rdma-netns-stress -rounds $(STRESS_ROUNDS) $(STRESS_FLAGS)
+
+## stress-short: the short stress run `make test` includes (no fuzzing).
+stress-short: payload
+	$(VM_RUN) --nics 10 --payload $(PAYLOAD) -- rdma-netns-stress $(STRESS_SHORT_FLAGS) $(STRESS_FLAGS)
+
+## fuzz: every Go fuzz target under pkg/ and plugin/, one at a time, FUZZTIME each.
+FUZZTIME ?= 10s
+fuzz:
+	@set -e; for file in $$(grep -rl --include='*_test.go' '^func Fuzz' pkg plugin); do \
+	  for fn in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' $$file); do \
+	    echo "fuzz: $$fn in ./$$(dirname $$file) for $(FUZZTIME)"; \
+	    $(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) ./$$(dirname $$file); \
+	  done; \
+	done
+
+.PHONY: bench stress stress-vm stress-short fuzz
 
 clean:
 	rm -rf $(OUT)

@@ -30,6 +30,9 @@ GOBIN="$out/cni" go install \
 GOBIN="$out/bin" go install "github.com/containernetworking/cni/cnitool@$cni"
 log "e2e test binary"
 go test -c -tags e2e -o "$out/bin/e2e.test" ./e2e
+log "bench and stress programs"
+go build -trimpath -o "$out/bin/rdma-netns-bench" ./e2e/bench
+go build -trimpath -o "$out/bin/rdma-netns-stress" ./e2e/stress
 for f in "$@"; do
   cp "$f" "$out/"
 done
