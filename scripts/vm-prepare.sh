@@ -68,14 +68,21 @@ kernel_pkg() {
   apt-cache depends linux-image-amd64 2>/dev/null \
     | awk '$1 == "Depends:" && $2 ~ /^linux-image-[0-9]/ { print $2; exit }'
 }
-IMAGE_PKG=$(kernel_pkg || true)
-if [ -z "$IMAGE_PKG" ]; then
-  apt_update_once
+resolve_kernel() {
   IMAGE_PKG=$(kernel_pkg || true)
+  ABI=${IMAGE_PKG#linux-image-}                     # e.g. 6.1.0-56-amd64
+  KVER=""
+  [ -z "$IMAGE_PKG" ] || KVER=$(apt-cache policy "$IMAGE_PKG" | awk '/Candidate:/ { print $2 }')
+}
+resolve_kernel
+# A kernel that is not cached yet is about to be downloaded: a machine's apt
+# lists may be weeks old and name an ABI the mirror no longer carries, so
+# refresh them first. A cached kernel needs no network at all.
+if [ -z "$KVER" ] || [ "$KVER" = "(none)" ] || [ ! -f "$CACHE_ROOT/${ABI}_${KVER}/.base.stamp" ]; then
+  apt_update_once
+  resolve_kernel
 fi
 [ -n "$IMAGE_PKG" ] || die "apt-cache depends linux-image-amd64 names no linux-image-* package"
-ABI=${IMAGE_PKG#linux-image-}                       # e.g. 6.1.0-56-amd64
-KVER=$(apt-cache policy "$IMAGE_PKG" | awk '/Candidate:/ { print $2 }')
 [ -n "$KVER" ] && [ "$KVER" != "(none)" ] || die "no candidate version for $IMAGE_PKG"
 SERIES=$(echo "$ABI" | cut -d. -f1-2)                # e.g. 6.1
 HEADERS_PKG="linux-headers-$ABI"
@@ -153,7 +160,7 @@ RXE_ORIG="$KDIR/src/rxe-orig"
 if ! stamp_ok "$KDIR/.src.stamp" "$KEY_ROOT"; then
   rm -rf "$KDIR/src"
   mkdir -p "$KDIR/src/tmp"
-  log "extracting drivers/infiniband/sw/rxe from $SOURCE_PKG (one-time, ~15 s)"
+  log "extracting drivers/infiniband/sw/rxe from $SOURCE_PKG (one-time)"
   dpkg-deb --fsys-tarfile "$DEBS/${SOURCE_PKG}_${KVER}_all.deb" \
     | tar -x -O "./usr/src/$SOURCE_PKG.tar.xz" \
     | tar -xJ -C "$KDIR/src/tmp" "$SOURCE_PKG/drivers/infiniband/sw/rxe"
@@ -178,7 +185,7 @@ if ! stamp_ok "$KDIR/.rxe.stamp" "$KEY_RXE" || [ ! -f "$RXE_KO" ]; then
     log "applying $(basename "$p")"
     run_logged patch -d "$B" -p1 --no-backup-if-mismatch -i "$p"
   done
-  log "building rdma_rxe.ko (~30 s)"
+  log "building rdma_rxe.ko"
   run_logged make -C "$ROOT/usr/src/linux-headers-$ABI" M="$B" -j"$(nproc)" modules
   cp "$B/rdma_rxe.ko" "$RXE_KO"
   vermagic=$(modinfo -F vermagic "$RXE_KO")

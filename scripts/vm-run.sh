@@ -214,7 +214,7 @@ timeout -k 10 "$TIMEOUT" qemu-system-x86_64 \
   -nodefaults -no-user-config -display none -monitor none -serial stdio -no-reboot \
   -kernel "$VM_KERNEL" -initrd "$WORK/initrd" \
   -append "console=ttyS0 loglevel=3 panic=-1 oops=panic mitigations=off" \
-  "${NIC_ARGS[@]}" </dev/null 2>&1 | sed -u 's/\r$//' | tee "$LOG"
+  "${NIC_ARGS[@]}" </dev/null 2>&1 | sed -u -e 's/\r$//' -e '/hub 0 is not connected to host network/d' | tee "$LOG"
 qemu_rc=${PIPESTATUS[0]}
 set -e
 [ -z "$LOG_OUT" ] || cp "$LOG" "$LOG_OUT"
