@@ -43,11 +43,16 @@ type Device struct {
 // which is an empty list rather than an error: the caller decides whether
 // that is fatal and can say so in its own terms.
 func (s Sysfs) Devices() ([]Device, error) {
-	classDir := filepath.Join(s.Root, "class", "infiniband")
-	entries, err := os.ReadDir(classDir)
+	// Resolved once, so the per-device paths built from class links below
+	// are as canonical as EvalSymlinks would make them.
+	classDir, err := filepath.EvalSymlinks(filepath.Join(s.Root, "class", "infiniband"))
 	if errors.Is(err, fs.ErrNotExist) {
 		return []Device{}, nil
 	}
+	if err != nil {
+		return nil, fmt.Errorf("resolve %s: %w", filepath.Join(s.Root, "class", "infiniband"), err)
+	}
+	entries, err := os.ReadDir(classDir)
 	if err != nil {
 		return nil, fmt.Errorf("list RDMA devices in %s: %w", classDir, err)
 	}
@@ -69,14 +74,37 @@ func (s Sysfs) Devices() ([]Device, error) {
 // vanished while we looked: another pod's ADD may be moving it out of the
 // host netns right now, and that must not fail this pod's ADD.
 func (s Sysfs) device(classDir, name string) (d Device, ok bool, err error) {
-	parent, err := filepath.EvalSymlinks(filepath.Join(classDir, name, "device"))
+	entry := filepath.Join(classDir, name)
+	// device_add puts a class device at <parent>/infiniband/<name> and links
+	// the class entry to it, so a readlink names the parent and an lstat of
+	// the `device` link confirms it. Resolving that link with EvalSymlinks
+	// instead costs a lookup per path element, for every device on the
+	// node, on every ADD (measured: 250 sysfs operations with 17 devices, a
+	// quarter of the plugin's own time).
+	target, err := os.Readlink(entry)
+	if errors.Is(err, fs.ErrNotExist) {
+		return Device{}, false, nil
+	}
+	if err == nil {
+		if !filepath.IsAbs(target) {
+			target = filepath.Join(classDir, target)
+		}
+		glue := filepath.Dir(target)
+		if filepath.Base(target) == name && filepath.Base(glue) == "infiniband" {
+			if _, err := os.Lstat(filepath.Join(target, "device")); err == nil {
+				parent := filepath.Dir(glue)
+				return Device{Name: name, DevPath: parent, PCIAddress: s.PCIAddressOf(parent)}, true, nil
+			}
+		}
+	}
+	parent, err := filepath.EvalSymlinks(filepath.Join(entry, "device"))
 	if err == nil {
 		return Device{Name: name, DevPath: parent, PCIAddress: s.PCIAddressOf(parent)}, true, nil
 	}
 	if !errors.Is(err, fs.ErrNotExist) {
 		return Device{}, false, fmt.Errorf("resolve parent device of RDMA device %s: %w", name, err)
 	}
-	if _, serr := os.Stat(filepath.Join(classDir, name)); errors.Is(serr, fs.ErrNotExist) {
+	if _, serr := os.Stat(entry); errors.Is(serr, fs.ErrNotExist) {
 		return Device{}, false, nil
 	}
 	// Still listed but without a resolvable parent: keep it so error
