@@ -186,3 +186,26 @@ func TestNormalizePCIAddress(t *testing.T) {
 		}
 	}
 }
+
+// A Root reached through a symlink must give the same canonical device paths
+// as BusDevicePath does, or no netdev's parent would ever contain its RDMA
+// device.
+func TestDevicesRootBehindSymlink(t *testing.T) {
+	tr := mlx5Card(t)
+	link := filepath.Join(t.TempDir(), "sys")
+	if err := os.Symlink(tr.Root, link); err != nil {
+		t.Fatal(err)
+	}
+	s := Sysfs{Root: link}
+	devs, err := s.Devices()
+	if err != nil {
+		t.Fatal(err)
+	}
+	parent, err := s.BusDevicePath("pci", "0000:3b:00.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := Closest(parent, "", devs); len(m) != 1 || m[0].Device.Name != "mlx5_0" {
+		t.Fatalf("Closest(%s) = %+v over %+v, want mlx5_0", parent, m, devs)
+	}
+}
