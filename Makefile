@@ -86,5 +86,16 @@ fuzz:
 
 .PHONY: bench stress stress-vm stress-short fuzz
 
+## image: the DaemonSet's image (static binary on scratch plus busybox for
+## the init container's cp), for every platform in PLATFORMS. Needs a
+## Docker engine with buildx; IMAGE_FLAGS=--push to publish.
+IMAGE       ?= rdma-netns:$(VERSION)
+PLATFORMS   ?= linux/amd64,linux/arm64
+IMAGE_FLAGS ?=
+image:
+	docker buildx build -f conf/Dockerfile --platform $(PLATFORMS) --build-arg VERSION=$(VERSION) -t $(IMAGE) $(IMAGE_FLAGS) .
+
+.PHONY: image
+
 clean:
 	rm -rf $(OUT)
