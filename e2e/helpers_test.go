@@ -6,7 +6,6 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -22,7 +21,8 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/containernetworking/plugins/pkg/testutils"
-	"github.com/vishvananda/netlink"
+
+	"github.com/rdma-netns/rdma-netns/e2e/internal/rig"
 )
 
 const (
@@ -33,33 +33,13 @@ const (
 )
 
 // nic is one test NIC and the RDMA device the VM created for it.
-type nic struct {
-	Netdev, RDMA, Layout, PCI, ParentBus, Parent string
-}
-
-func readLayout() ([]nic, error) {
-	f, err := os.Open(layoutEnv)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	var nics []nic
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fs := strings.Fields(sc.Text())
-		if len(fs) < 6 || strings.HasPrefix(fs[0], "#") {
-			continue
-		}
-		nics = append(nics, nic{fs[0], fs[1], fs[2], fs[3], fs[4], fs[5]})
-	}
-	return nics, sc.Err()
-}
+type nic = rig.NIC
 
 var nics []nic
 
 func TestMain(m *testing.M) {
 	var err error
-	if nics, err = readLayout(); err != nil || len(nics) < 4 {
+	if nics, err = rig.Layout(); err != nil || len(nics) < 4 {
 		fmt.Fprintf(os.Stderr, "e2e: needs the test VM's %s with at least 4 NICs (got %d, %v); run `make e2e`\n", layoutEnv, len(nics), err)
 		os.Exit(2)
 	}
@@ -103,25 +83,9 @@ func allHome() error {
 	return nil
 }
 
-func records() []string {
-	entries, _ := os.ReadDir(stateDir)
-	var out []string
-	for _, e := range entries {
-		if strings.HasSuffix(e.Name(), ".json") {
-			out = append(out, e.Name())
-		}
-	}
-	return out
-}
+func records() []string { return rig.Records(stateDir) }
 
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
+func contains(list []string, s string) bool { return rig.Contains(list, s) }
 
 // nicBy returns the first NIC with the given layout ("pf", "child") or,
 // for "udev", the one whose RDMA device has a udev-style name.
@@ -179,23 +143,8 @@ func (p *pod) destroy() {
 // clash, devN, as it does on real nodes.
 func restoreNetdevNames(t *testing.T) {
 	t.Helper()
-	links, err := netlink.LinkList()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range nics {
-		for _, l := range links {
-			a := l.Attrs()
-			if a.ParentDev != n.Parent || a.ParentDevBus != n.ParentBus || a.Name == n.Netdev {
-				continue
-			}
-			if err := netlink.LinkSetDown(l); err != nil {
-				t.Errorf("set %s down: %v", a.Name, err)
-			}
-			if err := netlink.LinkSetName(l, n.Netdev); err != nil {
-				t.Errorf("rename %s back to %s: %v", a.Name, n.Netdev, err)
-			}
-		}
+	if err := rig.RestoreNetdevNames(nics); err != nil {
+		t.Error(err)
 	}
 }
 
@@ -238,27 +187,7 @@ func rdmaLinkNetdev(nsPath, dev string) (string, error) {
 	return links[0].Netdev, nil
 }
 
-func netdevs(nsPath string) ([]string, error) {
-	var names []string
-	list := func() error {
-		links, err := netlink.LinkList()
-		if err != nil {
-			return err
-		}
-		for _, l := range links {
-			names = append(names, l.Attrs().Name)
-		}
-		return nil
-	}
-	var err error
-	if nsPath == "" {
-		err = list()
-	} else {
-		err = ns.WithNetNSPath(nsPath, func(ns.NetNS) error { return list() })
-	}
-	sort.Strings(names)
-	return names, err
-}
+func netdevs(nsPath string) ([]string, error) { return rig.NetdevsIn(nsPath) }
 
 func rdmaTool() string {
 	for _, p := range []string{"/usr/sbin/rdma", "/sbin/rdma", "/usr/bin/rdma", "/bin/rdma"} {
