@@ -284,12 +284,7 @@ func RDMAIn(nsPath string) ([]string, error) {
 			return nil
 		}
 	}
-	var err error
-	if nsPath == "" {
-		err = list()
-	} else {
-		err = ns.WithNetNSPath(nsPath, func(ns.NetNS) error { return list() })
-	}
+	err := within(nsPath, list)
 	sort.Strings(names)
 	return names, err
 }
@@ -307,14 +302,17 @@ func NetdevsIn(nsPath string) ([]string, error) {
 		}
 		return nil
 	}
-	var err error
-	if nsPath == "" {
-		err = list()
-	} else {
-		err = ns.WithNetNSPath(nsPath, func(ns.NetNS) error { return list() })
-	}
+	err := within(nsPath, list)
 	sort.Strings(names)
 	return names, err
+}
+
+// within runs f in the netns at nsPath, or in the caller's when it is "".
+func within(nsPath string, f func() error) error {
+	if nsPath == "" {
+		return f()
+	}
+	return ns.WithNetNSPath(nsPath, func(ns.NetNS) error { return f() })
 }
 
 // linkList retries dumps the kernel marked as interrupted: other pods'
