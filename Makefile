@@ -64,7 +64,7 @@ bench: payload
 ## run with STRESS_FLAGS="-seed N".
 STRESS_ROUNDS ?= 200
 STRESS_FLAGS ?=
-STRESS_SHORT_FLAGS ?= -rounds 40 -races 6 -kills 12
+STRESS_SHORT_FLAGS ?= -rounds 40 -races 6 -kills 12 -reboots 2
 stress: fuzz stress-vm
 
 stress-vm: payload

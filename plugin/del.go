@@ -8,6 +8,7 @@ import (
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 
+	"github.com/rdma-netns/rdma-netns/pkg/inventory"
 	"github.com/rdma-netns/rdma-netns/pkg/rdmans"
 	"github.com/rdma-netns/rdma-netns/pkg/state"
 )
@@ -81,7 +82,7 @@ func (c *call) releaseUnrecorded() error {
 	if err != nil {
 		return err
 	}
-	if owner := liveClaim(recs, c.key(), dev); owner != nil && owner.Netns == c.args.Netns {
+	if owner := liveClaim(recs, c.key(), dev); owner != nil && c.isPodNetns(owner) {
 		c.log.Infof("RDMA device %s of %s in the pod belongs to %s; leaving it", dev, c.args.IfName, owner.Key)
 		return nil
 	}
@@ -187,4 +188,15 @@ func (c *call) clearQoS(rec *state.Record) {
 	if err := c.p.Kernel.ClearQoS(rec.InPod()); err != nil {
 		c.log.Warnf("%v", err)
 	}
+}
+
+// isPodNetns reports whether rec's netns is the one at CNI_NETNS, whatever
+// path each names it by.
+func (c *call) isPodNetns(rec *state.Record) bool {
+	if rec.Netns == c.args.Netns {
+		return true
+	}
+	want, ok := inventory.RecordedID(rec)
+	got, err := inventory.Identify(c.args.Netns)
+	return ok && err == nil && got == want
 }
