@@ -90,7 +90,11 @@ func (c *call) releaseUnrecorded() error {
 		return fmt.Errorf("no attachment record; RDMA device %s serves %s in the pod but cannot be returned: %v; retry DEL", dev, c.args.IfName, err)
 	}
 	if podName := c.conf.PodDevName().Value; podName != "" && podName == dev {
-		c.log.Warnf("returned RDMA device %s (the port of %s) to the host without an attachment record: it was renamed in the pod and its host name is unknown, so it keeps the name %s; rename it with `rdma dev set %s name <host name>`", dev, c.args.IfName, dev, dev)
+		msg := fmt.Sprintf("returned RDMA device %s (the port of %s in netns %s, attachment %s) to the host without an attachment record: it was renamed in the pod and its host name is unknown, so it keeps the name %s; rename it with `rdma dev set %s name <host name>`", dev, c.args.IfName, c.args.Netns, c.key(), dev, dev)
+		c.log.Warnf("%s", msg)
+		if err := c.store.NoteLostName(dev, msg); err != nil {
+			c.log.Warnf("cannot leave a note for rdma-netns doctor: %v", err)
+		}
 		return nil
 	}
 	c.log.Infof("returned RDMA device %s (the port of %s) to the host; there was no usable attachment record", dev, c.args.IfName)
