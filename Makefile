@@ -97,10 +97,10 @@ PLATFORMS    ?= linux/amd64,linux/arm64
 IMAGE_BINS   := rdma-netns=.
 IMAGE_LAYOUT ?= $(OUT)/image
 IMAGE_TOOL   := $(GO) -C build/image run .
-IMAGE_NAMES  = $(foreach b,$(IMAGE_BINS),$(firstword $(subst =, ,$(b))))
 comma := ,
 space := $(subst ,, )
-image:
+IMAGE_BIN_LIST = $(subst $(space),$(comma),$(strip $(foreach b,$(IMAGE_BINS),$(firstword $(subst =, ,$(b))))))
+image-bins:
 	@set -e; for p in $(subst $(comma), ,$(PLATFORMS)); do \
 	  for b in $(IMAGE_BINS); do \
 	    echo "go build $${b#*=} for $$p"; \
@@ -108,21 +108,23 @@ image:
 	      -o $(OUT)/$${p%/*}_$${p#*/}/$${b%%=*} $${b#*=}; \
 	  done; \
 	done
+
+image: image-bins
 	$(IMAGE_TOOL) build -bin-dir $(abspath $(OUT)) -platforms $(PLATFORMS) \
-	  -bins $(subst $(space),$(comma),$(strip $(IMAGE_NAMES))) \
-	  -tag $(IMAGE) -out $(abspath $(IMAGE_LAYOUT))
+	  -bins $(IMAGE_BIN_LIST) -tag $(IMAGE) -out $(abspath $(IMAGE_LAYOUT))
 
 ## push: push the image make image wrote to IMAGE (a registry reference);
 ## prints the reference by digest to pin in conf/daemonset.yaml.
 push: image
 	$(IMAGE_TOOL) push -layout $(abspath $(IMAGE_LAYOUT)) $(IMAGE)
 
-## image-test: build the image for every platform, push it to an in-process
-## registry, pull it back by digest and run its install command.
-image-test:
-	cd build/image && $(GO) test -count=1 ./...
+## image-test: build the image of the binaries make image builds, push it
+## to an in-process registry, pull it back by digest, check the binaries and
+## run the install command.
+image-test: image-bins
+	cd build/image && IMAGE_TEST_BIN_DIR=$(abspath $(OUT)) IMAGE_TEST_BINS=$(IMAGE_BIN_LIST) $(GO) test -count=1 ./...
 
-.PHONY: image push image-test
+.PHONY: image image-bins push image-test
 
 clean:
 	rm -rf $(OUT)

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"syscall"
@@ -25,26 +26,38 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
-// What the Makefile builds: the plugin, static, for both platforms.
-var platforms = []string{"linux/amd64", "linux/arm64"}
+// The image holds both platforms; the install runs on this machine's.
+var (
+	platforms = []string{"linux/amd64", "linux/arm64"}
+	native    = "linux/" + runtime.GOARCH
+	machines  = map[string]elf.Machine{"linux/amd64": elf.EM_X86_64, "linux/arm64": elf.EM_AARCH64}
+)
 
-const bin = "rdma-netns"
+const plugin = "rdma-netns"
 
-// buildBinaries cross-compiles the plugin as make image does, into
-// DIR/OS_ARCH/rdma-netns.
-func buildBinaries(t *testing.T) string {
+// binaries returns the directory holding OS_ARCH/NAME and the NAMEs: what
+// make image built (make image-test passes them in the environment), or,
+// for a plain go test, the plugin alone built here the same way.
+func binaries(t *testing.T) (string, []string) {
 	t.Helper()
+	if dir := os.Getenv("IMAGE_TEST_BIN_DIR"); dir != "" {
+		bins := strings.Split(os.Getenv("IMAGE_TEST_BINS"), ",")
+		if bins[0] != plugin {
+			t.Fatalf("IMAGE_TEST_BINS=%q: the image's first binary (its entrypoint) must be %s", bins, plugin)
+		}
+		return dir, bins
+	}
 	dir := t.TempDir()
 	for _, p := range platforms {
 		goos, goarch, _ := strings.Cut(p, "/")
-		cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", filepath.Join(dir, goos+"_"+goarch, bin), ".")
+		cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", filepath.Join(dir, goos+"_"+goarch, plugin), ".")
 		cmd.Dir = "../.."
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS="+goos, "GOARCH="+goarch)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("go build for %s: %v\n%s", p, err, out)
 		}
 	}
-	return dir
+	return dir, []string{plugin}
 }
 
 // cli runs the command as make image and make push do.
@@ -62,14 +75,15 @@ func cli(t *testing.T, args ...string) string {
 // registry by digest as a node pulls it, holds a static binary for each
 // platform whose install command puts the plugin in place.
 func TestImage(t *testing.T) {
-	bins := buildBinaries(t)
+	binDir, bins := binaries(t)
+	build := []string{"build", "-bin-dir", binDir, "-bins", strings.Join(bins, ","), "-platforms", strings.Join(platforms, ","), "-tag", "rdma-netns:test"}
 	out := filepath.Join(t.TempDir(), "layout")
-	cli(t, "build", "-bin-dir", bins, "-bins", bin, "-platforms", strings.Join(platforms, ","), "-tag", "rdma-netns:test", "-out", out)
+	cli(t, append(build, "-out", out)...)
 
 	// The same binaries make the same image: a rebuild does not change
 	// the digest a DaemonSet pins.
 	again := filepath.Join(t.TempDir(), "layout")
-	cli(t, "build", "-bin-dir", bins, "-bins", bin, "-platforms", strings.Join(platforms, ","), "-tag", "rdma-netns:test", "-out", again)
+	cli(t, append(build, "-out", again)...)
 	built, err := ReadLayout(out)
 	if err != nil {
 		t.Fatal(err)
@@ -125,17 +139,21 @@ func TestImage(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		roots[desc.Platform.String()] = unpack(t, img, *desc.Platform)
+		p := desc.Platform.String()
+		roots[p] = unpack(t, img, *desc.Platform, bins)
+		for _, b := range bins {
+			checkStatic(t, filepath.Join(roots[p], b), machines[p])
+		}
 	}
-	checkStatic(t, filepath.Join(roots["linux/amd64"], bin), elf.EM_X86_64)
-	checkStatic(t, filepath.Join(roots["linux/arm64"], bin), elf.EM_AARCH64)
-
-	t.Run("install", func(t *testing.T) { checkInstall(t, filepath.Join(roots["linux/amd64"], bin)) })
+	if roots[native] == "" {
+		t.Fatalf("no %s image to run the install command of", native)
+	}
+	t.Run("install", func(t *testing.T) { checkInstall(t, filepath.Join(roots[native], plugin)) })
 }
 
 // unpack extracts the image's file system as a runtime does and checks
 // that it holds the binaries and nothing else (scratch: no shell).
-func unpack(t *testing.T, img v1.Image, p v1.Platform) string {
+func unpack(t *testing.T, img v1.Image, p v1.Platform, bins []string) string {
 	t.Helper()
 	cfg, err := img.ConfigFile()
 	if err != nil {
@@ -144,7 +162,7 @@ func unpack(t *testing.T, img v1.Image, p v1.Platform) string {
 	if cfg.OS != p.OS || cfg.Architecture != p.Architecture {
 		t.Errorf("%s image config says %s/%s", p, cfg.OS, cfg.Architecture)
 	}
-	if !slices.Equal(cfg.Config.Entrypoint, []string{"/" + bin}) {
+	if !slices.Equal(cfg.Config.Entrypoint, []string{"/" + plugin}) {
 		t.Errorf("%s entrypoint %q", p, cfg.Config.Entrypoint)
 	}
 	root := t.TempDir()
@@ -176,8 +194,8 @@ func unpack(t *testing.T, img v1.Image, p v1.Platform) string {
 		}
 		f.Close()
 	}
-	if !slices.Equal(files, []string{bin}) {
-		t.Errorf("%s image holds %v, want only %s", p, files, bin)
+	if !slices.Equal(files, bins) {
+		t.Errorf("%s image holds %v, want %v", p, files, bins)
 	}
 	return root
 }
@@ -218,7 +236,7 @@ func checkInstall(t *testing.T, exe string) {
 	if err := os.MkdirAll(dest, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	target := filepath.Join(dest, bin)
+	target := filepath.Join(dest, plugin)
 	want, err := os.ReadFile(exe)
 	if err != nil {
 		t.Fatal(err)
@@ -236,7 +254,7 @@ func checkInstall(t *testing.T, exe string) {
 			t.Errorf("%s differs from the image's binary", target)
 		}
 		if des, _ := os.ReadDir(dest); len(des) != 1 {
-			t.Errorf("%s holds %d files, want only %s", dest, len(des), bin)
+			t.Errorf("%s holds %d files, want only %s", dest, len(des), plugin)
 		}
 		return fi
 	}
@@ -288,7 +306,7 @@ func checkInstall(t *testing.T, exe string) {
 // volume with readOnly: true is, and returns the binary's state before.
 func readOnlyBind(t *testing.T, dir string) os.FileInfo {
 	t.Helper()
-	fi, err := os.Stat(filepath.Join(dir, bin))
+	fi, err := os.Stat(filepath.Join(dir, plugin))
 	if err != nil {
 		t.Fatal(err)
 	}
