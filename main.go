@@ -23,7 +23,7 @@ func main() {
 		case "doctor":
 			os.Exit(doctor.Main(os.Args[2:], os.Stdout, os.Stderr))
 		case "install":
-			os.Exit(install.Main(os.Args[2:], os.Stdout, os.Stderr))
+			os.Exit(install.Main(os.Args[2:], bv.BuildVersion, os.Stdout, os.Stderr))
 		}
 	}
 	skel.PluginMainFuncs(plugin.New().Funcs(), version.PluginSupports(config.SupportedVersions...), bv.BuildString("rdma-netns"))

@@ -58,8 +58,9 @@ func FlagSet(o *Options) *flag.FlagSet {
 }
 
 // Main runs `rdma-netns install` with the arguments after "install" and
-// returns the exit status: 0 installed, 1 failed, 2 usage error.
-func Main(args []string, stdout, stderr io.Writer) int {
+// returns the exit status: 0 installed, 1 failed, 2 usage error. version is
+// the build's, for the log line.
+func Main(args []string, version string, stdout, stderr io.Writer) int {
 	var o Options
 	fl := FlagSet(&o)
 	fl.SetOutput(stderr)
@@ -87,12 +88,12 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "rdma-netns install: cannot find this binary to copy: %v\n", err)
 		return 1
 	}
-	version, err := Install(self, o.Dest, o.Name)
+	cniVersions, err := Install(self, o.Dest, o.Name)
 	if err != nil {
 		fmt.Fprintf(stderr, "rdma-netns install: %v\n", err)
 		return 1
 	}
-	fmt.Fprintf(stdout, "installed %s (CNI versions %s)\n", filepath.Join(o.Dest, o.Name), version)
+	fmt.Fprintf(stdout, "installed %s (%s, CNI versions %s)\n", filepath.Join(o.Dest, o.Name), version, cniVersions)
 	if o.ThenWait {
 		waitForSignal()
 	}

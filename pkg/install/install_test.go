@@ -24,7 +24,7 @@ func TestMain(m *testing.M) {
 		fmt.Print(`{"cniVersion":"1.0.0","supportedVersions":["0.4.0","1.0.0"]}`)
 		os.Exit(0)
 	case os.Getenv("INSTALL_TEST_RUN_MAIN") != "":
-		os.Exit(Main(os.Args[1:], os.Stdout, os.Stderr))
+		os.Exit(Main(os.Args[1:], "test", os.Stdout, os.Stderr))
 	}
 	os.Exit(m.Run())
 }
@@ -219,14 +219,14 @@ func TestInstallCopyIsNotAPlugin(t *testing.T) {
 
 func runMain(args ...string) (int, string, string) {
 	var stdout, stderr bytes.Buffer
-	rc := Main(args, &stdout, &stderr)
+	rc := Main(args, "v0.0.0-test", &stdout, &stderr)
 	return rc, stdout.String(), stderr.String()
 }
 
 func TestMainCommandLine(t *testing.T) {
 	dir := t.TempDir()
 	rc, out, errOut := runMain("--dest", dir, "--name", "other")
-	if rc != 0 || out != fmt.Sprintf("installed %s (CNI versions 0.4.0, 1.0.0)\n", filepath.Join(dir, "other")) {
+	if rc != 0 || out != fmt.Sprintf("installed %s (v0.0.0-test, CNI versions 0.4.0, 1.0.0)\n", filepath.Join(dir, "other")) {
 		t.Fatalf("exit %d, stdout %q, stderr %q", rc, out, errOut)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "other")); err != nil {
