@@ -323,3 +323,31 @@ func readOnlyBind(t *testing.T, dir string) os.FileInfo {
 	}
 	return fi
 }
+
+// Mistakes on the command line of make image and make push are reported,
+// not turned into an empty image or a push of nothing.
+func TestCommandLineErrors(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "missing")
+	for _, tc := range []struct {
+		args []string
+		rc   int
+		want string
+	}{
+		{nil, 2, "Usage"},
+		{[]string{"publish"}, 2, "Usage"},
+		{[]string{"build", "-bin-dir", missing}, 2, "-out are required"},
+		{[]string{"build", "-bin-dir", missing, "-out", missing + "/layout", "-platforms", "linux"}, 1, "want OS/ARCH"},
+		{[]string{"build", "-bin-dir", missing, "-out", missing + "/layout"}, 1, "build the binaries first"},
+		{[]string{"push", "-layout", missing}, 2, "one image reference"},
+		{[]string{"push", "-layout", missing, "registry.example/rdma-netns:v1"}, 1, "run make image first"},
+	} {
+		var stdout, stderr bytes.Buffer
+		rc := run(context.Background(), tc.args, &stdout, &stderr)
+		if rc != tc.rc || !strings.Contains(stderr.String(), tc.want) {
+			t.Errorf("image %q: exit %d, stderr %q; want exit %d and %q", tc.args, rc, stderr.String(), tc.rc, tc.want)
+		}
+	}
+	if _, err := os.Stat(missing + "/layout"); !os.IsNotExist(err) {
+		t.Errorf("a failed build left %s/layout behind: %v", missing, err)
+	}
+}

@@ -14,6 +14,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -59,7 +60,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-var errUsage = fmt.Errorf("usage")
+var errUsage = errors.New("usage")
 
 func parse(fl *flag.FlagSet, args []string, stderr io.Writer) error {
 	fl.SetOutput(stderr)
