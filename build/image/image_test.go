@@ -340,6 +340,9 @@ func TestCommandLineErrors(t *testing.T) {
 		{[]string{"build", "-bin-dir", missing, "-out", missing + "/layout"}, 1, "build the binaries first"},
 		{[]string{"push", "-layout", missing}, 2, "one image reference"},
 		{[]string{"push", "-layout", missing, "registry.example/rdma-netns:v1"}, 1, "run make image first"},
+		{[]string{"push", "-layout", missing, "rdma-netns:v1"}, 1, "names no registry"},
+		{[]string{"push", "-layout", missing, "team/rdma-netns:v1"}, 1, "names no registry"},
+		{[]string{"push", "-layout", missing, "registry.example/rdma-netns:v1:v2"}, 1, "could not parse reference"},
 	} {
 		var stdout, stderr bytes.Buffer
 		rc := run(context.Background(), tc.args, &stdout, &stderr)

@@ -19,8 +19,10 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"strings"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"os/signal"
 	"syscall"
 )
 
@@ -114,6 +116,9 @@ func pushCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		fmt.Fprintln(stderr, "image push: want -layout DIR and one image reference (registry/repository:tag)")
 		return errUsage
 	}
+	if err := checkRegistryNamed(fl.Arg(0)); err != nil {
+		return err
+	}
 	idx, err := ReadLayout(*dir)
 	if err != nil {
 		return err
@@ -124,4 +129,16 @@ func pushCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	fmt.Fprintf(stdout, "pushed %s\n", ref)
 	return nil
+}
+
+// checkRegistryNamed refuses a reference without a registry host: the
+// default IMAGE, rdma-netns:VERSION, would otherwise be pushed to Docker
+// Hub's library/ namespace.
+func checkRegistryNamed(ref string) error {
+	first, _, found := strings.Cut(ref, "/")
+	if !found || !strings.ContainsAny(first, ".:") && first != "localhost" {
+		return fmt.Errorf("%s names no registry: set IMAGE=registry.example/rdma-netns:TAG (docker.io/USER/rdma-netns:TAG for Docker Hub)", ref)
+	}
+	_, err := name.ParseReference(ref)
+	return err
 }
