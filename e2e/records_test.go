@@ -6,13 +6,13 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"runtime"
-	"strconv"
 	"testing"
 	"time"
 
 	"github.com/containernetworking/cni/libcni"
 	"golang.org/x/sys/unix"
+
+	"github.com/rdma-netns/rdma-netns/pkg/inventory/nstest"
 )
 
 // A node reboot, a crashed runtime or a forced sandbox removal: every pod
@@ -212,21 +212,7 @@ func wipeState(t *testing.T) {
 // reusing a name or the kernel reusing a PID leaves it.
 func mountNetnsAt(t *testing.T, path string) {
 	t.Helper()
-	if err := os.WriteFile(path, nil, 0o444); err != nil {
-		t.Fatal(err)
-	}
-	errc := make(chan error, 1)
-	go func() {
-		// Left locked: the thread is in the new netns and dies with the
-		// goroutine.
-		runtime.LockOSThread()
-		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-			errc <- err
-			return
-		}
-		errc <- unix.Mount("/proc/self/task/"+strconv.Itoa(unix.Gettid())+"/ns/net", path, "none", unix.MS_BIND, "")
-	}()
-	if err := <-errc; err != nil {
+	if err := nstest.MountNew(path); err != nil {
 		t.Fatalf("mount a new netns at %s: %v", path, err)
 	}
 	t.Cleanup(func() {

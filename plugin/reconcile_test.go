@@ -2,14 +2,12 @@ package plugin
 
 import (
 	"os"
-	"path/filepath"
-	"runtime"
-	"strconv"
 	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rdma-netns/rdma-netns/pkg/inventory/nstest"
 	"github.com/rdma-netns/rdma-netns/pkg/state"
 )
 
@@ -229,28 +227,11 @@ func TestSandboxIDReusedWithNewNetns(t *testing.T) {
 // runtime reusing a name or the kernel reusing a PID does.
 func mountNewNetnsAt(t *testing.T, path string) {
 	t.Helper()
-	if err := os.WriteFile(path, nil, 0o444); err != nil && !os.IsExist(err) {
-		t.Fatal(err)
-	}
-	errc := make(chan error, 1)
-	go func() {
-		// The thread is left locked so it dies with the goroutine: it is
-		// in the new netns and must not run anything else.
-		runtime.LockOSThread()
-		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-			errc <- err
-			return
-		}
-		src := filepath.Join("/proc/self/task", itoa(unix.Gettid()), "ns/net")
-		errc <- unix.Mount(src, path, "none", unix.MS_BIND, "")
-	}()
-	if err := <-errc; err != nil {
+	if err := nstest.MountNew(path); err != nil {
 		t.Fatalf("mount a new netns at %s: %v", path, err)
 	}
 	t.Cleanup(func() { unix.Unmount(path, unix.MNT_DETACH); os.Remove(path) })
 }
-
-func itoa(n int) string { return strconv.Itoa(n) }
 
 // The records wiped while a pod holds its device, then the runtime
 // retries ADD: the device is already in the pod, the record comes back,
