@@ -132,6 +132,26 @@ func TestTrafficRenamedDevice(t *testing.T) {
 	wantNoRecords(t)
 }
 
+// rdma_cm (what MPI and UCX connect with) works between pods: rping
+// resolves the peer's address and route and connects through the devices
+// the pods were given.
+func TestTrafficRdmaCM(t *testing.T) {
+	requireMode(t, "exclusive")
+	a, b := twoNICs(t)
+	pa := attachTrafficPod(t, "traffic-cm-a", a, 93, nil)
+	pb := attachTrafficPod(t, "traffic-cm-b", b, 94, nil)
+	pings, err := rig.RunRping(pa.ep, pb.ep, 5, trafficTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pings != 5 {
+		t.Fatalf("rping: %d pings verified, want 5", pings)
+	}
+	t.Logf("rping: %d pings over an rdma_cm connection", pings)
+	pa.del(t)
+	pb.del(t)
+}
+
 // A third pod asking for a device that carries traffic is refused, and the
 // traffic does not notice.
 func TestTrafficSurvivesRefusedAdd(t *testing.T) {

@@ -244,7 +244,7 @@ BASE_CPIO="$KDIR/base.cpio"
 pkgver() { dpkg-query -W -f='${Version}' "$1"; }
 KEY_BASE="$KEY_RXE $(sha "$RXE_KO" "${BASH_SOURCE[0]}") \
 busybox=$(pkgver busybox-static) iproute2=$(pkgver iproute2) kmod=$(pkgver kmod) \
-libc=$(pkgver libc6) $GUEST_MODULES $KEY_RDMA"
+libc=$(pkgver libc6) libgcc=$(pkgver libgcc-s1) $GUEST_MODULES $KEY_RDMA"
 KEY_BASE=$(echo "$KEY_BASE" | tr -s ' \n' ' ')
 if ! stamp_ok "$KDIR/.base.stamp" "$KEY_BASE" || [ ! -f "$BASE_CPIO" ]; then
   log "building base initramfs"
@@ -297,6 +297,12 @@ if ! stamp_ok "$KDIR/.base.stamp" "$KEY_BASE" || [ ! -f "$BASE_CPIO" ]; then
     mkdir -p "$S$(dirname "$lib")"
     cp -L "$lib" "$S$lib"
   done
+  # glibc dlopens libgcc_s for pthread_exit (rping's threads), so ldd
+  # does not list it.
+  gcc_s=$(dpkg -L libgcc-s1 | grep '/libgcc_s\.so\.1$' | head -n1)
+  [ -n "$gcc_s" ] || die "libgcc_s.so.1 not found (package libgcc-s1)"
+  mkdir -p "$S$(dirname "$gcc_s")"
+  cp -L "$gcc_s" "$S$gcc_s"
   for t in ibv_devinfo ibv_rc_pingpong ib_write_bw rping; do
     [ -x "$S/usr/bin/$t" ] || die "RDMA userspace: $t missing from $RDMA_USER_PKGS"
   done

@@ -274,3 +274,28 @@ func SentPackets(ep Endpoint) (int64, error) {
 	}
 	return strconv.ParseInt(strings.TrimSpace(string(out)), 10, 64)
 }
+
+// RunRping runs rdma_cm's rping (connection set up by rdma_cm, as MPI and
+// UCX do, instead of the verbs examples' TCP exchange) from client to
+// server, count pings, and returns how many the client verified. rping
+// finds the device from the address, so Endpoint.Dev is not used.
+func RunRping(server, client Endpoint, count int, timeout time.Duration) (int, error) {
+	n := strconv.Itoa(count)
+	s, err := Start(InPod(server.Netns, "rping", "-s", "-a", server.IP, "-C", n, "-v"))
+	if err != nil {
+		return 0, err
+	}
+	defer s.Kill()
+	// rping listens through rdma_cm, not on a TCP port: give it a moment.
+	time.Sleep(time.Second)
+	c, err := Start(InPod(client.Netns, "rping", "-c", "-a", server.IP, "-C", n, "-v"))
+	if err != nil {
+		return 0, err
+	}
+	cout, cerr := c.Wait(timeout)
+	pings := strings.Count(cout, "ping data: rdma-ping-")
+	if cerr != nil {
+		return pings, fmt.Errorf("rping client: %v\n%s\nserver:\n%s", cerr, cout, s.Output())
+	}
+	return pings, nil
+}
