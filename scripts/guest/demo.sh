@@ -87,6 +87,15 @@ $IP netns exec $POD_B ib_write_bw -d $DEV_B -x 1 -F -n 200 10.100.100.2 2>&1 \
 wait $SERVER
 took
 
+# rping connects through rdma_cm, as MPI and UCX do (NCCL does not).
+step "rdma_cm: rping (3 pings over a connection rdma_cm resolved and set up) from $POD_B to $POD"
+$IP netns exec $POD rping -s -a 10.100.100.2 -C 3 > /tmp/rping-server.log 2>&1 &
+SERVER=$!
+sleep 1
+$IP netns exec $POD_B rping -c -a 10.100.100.2 -C 3 -v 2>&1 | cut -c1-60 | indent
+wait $SERVER
+took
+
 step "The pods are deleted, as kubelet does: processes gone, then cnitool del"
 cnitool del rdma-net $NS
 cnitool del rdma-net-b $NS_B
@@ -95,7 +104,7 @@ $IP netns del $POD
 $IP netns del $POD_B
 took
 
-step "Back on the host: the RDMA devices and their NICs, usable again"
+step "Back on the host: the RDMA devices and their NICs (down, as host-device returns them); the host opens the device again"
 $RDMA dev show | indent
 $RDMA link show | grep -wE "eth1|eth2" | indent
 ibv_devinfo -d $DEV_A | grep -E "hca_id|state:" | indent
