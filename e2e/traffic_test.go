@@ -73,7 +73,7 @@ func wantPingPong(t *testing.T, srv, cli rig.PingPong, size, iters int) {
 func wantWriteBW(t *testing.T, bw rig.WriteBW, size, iters int) {
 	t.Helper()
 	if bw.Bytes != size || bw.Iters != iters || bw.AverageMBps <= 0 {
-		t.Errorf("ib_write_bw: %d B x %d at %.2f MB/s; want %d B x %d at > 0 MB/s\n%s", bw.Bytes, bw.Iters, bw.AverageMBps, size, iters, bw.OutputOfTool)
+		t.Errorf("ib_write_bw: %d B x %d at %.2f MB/s; want %d B x %d at > 0 MB/s\n%s", bw.Bytes, bw.Iters, bw.AverageMBps, size, iters, bw.Output)
 	}
 	t.Logf("ib_write_bw: %d x %d B RDMA writes, peak %.2f MB/s, average %.2f MB/s", bw.Iters, bw.Bytes, bw.PeakMBps, bw.AverageMBps)
 }

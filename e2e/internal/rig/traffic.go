@@ -70,13 +70,22 @@ func (p *Proc) Wait(timeout time.Duration) (string, error) {
 	select {
 	case <-p.done:
 		if p.err != nil {
-			return p.out.String(), fmt.Errorf("%s: %v", strings.Join(p.Cmd.Args[3:], " "), p.err)
+			return p.out.String(), fmt.Errorf("%s: %v", p.name(), p.err)
 		}
 		return p.out.String(), nil
 	case <-time.After(timeout):
 		p.Kill()
-		return p.out.String(), fmt.Errorf("%s: still running after %s", strings.Join(p.Cmd.Args[3:], " "), timeout)
+		return p.out.String(), fmt.Errorf("%s: still running after %s", p.name(), timeout)
 	}
+}
+
+// name is the command line without InPod's `ip netns exec NAME`.
+func (p *Proc) name() string {
+	args := p.Cmd.Args
+	if len(args) > 3 && args[0] == IPTool && args[1] == "netns" {
+		args = args[3:]
+	}
+	return strings.Join(args, " ")
 }
 
 // Exited tells whether the tool has exited.
@@ -137,8 +146,8 @@ func ParsePingPong(out string) (PingPong, error) {
 	return r, nil
 }
 
-// PingPongArgs is ibv_rc_pingpong's command line for one side; client is
-// the server's IP, empty on the server.
+// PingPongArgs is ibv_rc_pingpong's command line for one side: server is
+// the server's IP for the client, empty for the server itself.
 func PingPongArgs(dev string, size, iters int, server string) []string {
 	argv := []string{"ibv_rc_pingpong", "-d", dev, "-g", RoCEv2GID,
 		"-s", strconv.Itoa(size), "-n", strconv.Itoa(iters)}
@@ -206,12 +215,12 @@ func RunPingPong(server, client Endpoint, size, iters int, timeout time.Duration
 
 // WriteBW is perftest's ib_write_bw result line.
 type WriteBW struct {
-	Bytes        int
-	Iters        int
-	PeakMBps     float64
-	AverageMBps  float64
-	MsgRateMpps  float64
-	OutputOfTool string
+	Bytes       int
+	Iters       int
+	PeakMBps    float64
+	AverageMBps float64
+	MsgRateMpps float64
+	Output      string // all the tool printed
 }
 
 var bwLine = regexp.MustCompile(`(?m)^\s*(\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s*$`)
@@ -228,11 +237,12 @@ func ParseWriteBW(out string) (WriteBW, error) {
 	r.PeakMBps, _ = strconv.ParseFloat(m[3], 64)
 	r.AverageMBps, _ = strconv.ParseFloat(m[4], 64)
 	r.MsgRateMpps, _ = strconv.ParseFloat(m[5], 64)
-	r.OutputOfTool = out
+	r.Output = out
 	return r, nil
 }
 
-// WriteBWArgs is ib_write_bw's command line in iteration mode (-n, -F):
+// WriteBWArgs is ib_write_bw's command line (server as for PingPongArgs)
+// in iteration mode (-n, -F):
 // its duration mode (-D) refuses to report under the VM's emulated CPU
 // ("Correlation coefficient r^2 < 0.9").
 func WriteBWArgs(dev string, size, iters int, server string) []string {
