@@ -377,6 +377,7 @@ func TestTrafficStarvedMemlock(t *testing.T) {
 			if cerr == nil || !strings.Contains(cout, "Couldn't register MR") {
 				t.Errorf("starved workload: %v, want \"Couldn't register MR\":\n%s", cerr, cout)
 			}
+			t.Logf("starved workload: %v: %s", cerr, strings.TrimSpace(cout))
 			srv.Kill()
 			continue
 		}
