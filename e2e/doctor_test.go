@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -62,7 +63,9 @@ func becomeWorkload(kind string) error {
 	}
 	if kind == "low" {
 		// Out of the bounding set, CAP_IPC_LOCK is gone after exec even
-		// for root, as in a container without IPC_LOCK.
+		// for root, as in a container without IPC_LOCK. The bounding set
+		// belongs to the thread: drop and exec on the same one.
+		runtime.LockOSThread()
 		if err := unix.Prctl(unix.PR_CAPBSET_DROP, unix.CAP_IPC_LOCK, 0, 0, 0); err != nil {
 			return fmt.Errorf("drop CAP_IPC_LOCK: %w", err)
 		}

@@ -285,7 +285,7 @@ func chain(t *testing.T, name, device string, addr int, rdma map[string]any) *li
 		"device": device,
 		"ipam": map[string]any{
 			"type":      "static",
-			"addresses": []map[string]any{{"address": fmt.Sprintf("10.100.%d.%d/24", addr/200, addr%200+2)}},
+			"addresses": []map[string]any{{"address": rig.ChainIP(addr) + "/24"}},
 		},
 	}
 	return conflist(t, name, hd, rdmaPlugin(rdma))

@@ -225,7 +225,7 @@ func Chain(name, netdev string, addr int, rdma map[string]any) (*libcni.NetworkC
 		"device": netdev,
 		"ipam": map[string]any{
 			"type":      "static",
-			"addresses": []map[string]any{{"address": fmt.Sprintf("10.100.%d.%d/24", addr/200, addr%200+2)}},
+			"addresses": []map[string]any{{"address": ChainIP(addr) + "/24"}},
 		},
 	}
 	plugins := []map[string]any{hd}
@@ -241,6 +241,13 @@ func Chain(name, netdev string, addr int, rdma map[string]any) (*libcni.NetworkC
 		return nil, err
 	}
 	return libcni.NetworkConfFromBytes(b)
+}
+
+// ChainIP is the pod address Chain gives for addr: 10.100.addr/200.x/24,
+// so addrs below 200 share one subnet and their pods reach each other over
+// the VM's NIC hub.
+func ChainIP(addr int) string {
+	return fmt.Sprintf("10.100.%d.%d", addr/200, addr%200+2)
 }
 
 // CNI returns a libcni runtime with its own result cache.

@@ -1,0 +1,311 @@
+package rig
+
+// Real verbs traffic between pods: the test VM ships Debian's rdma-core
+// userspace and perftest, and its rxe sends and receives RoCEv2 in the
+// netns its netdev is in (scripts/README.md). The tools run through
+// `ip netns exec`, which also remounts /sys for the pod, so libibverbs sees
+// exactly the RDMA devices the pod sees, as in a container.
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// RoCEv2GID is the GID index of the IPv4 RoCEv2 address of an rxe port
+// (index 0 is the IPv6 link-local one). Both peers must use it.
+const RoCEv2GID = "1"
+
+// Endpoint is one side of a verbs test: the pod's netns, the RDMA device
+// the workload opens by name (as NCCL_IB_HCA would) and the pod's IP on
+// that device's netdev.
+type Endpoint struct {
+	Netns string // path, under /run/netns
+	Dev   string
+	IP    string
+}
+
+// InPod returns a command running argv in the pod's netns with the pod's
+// view of /sys. argv[0] is looked up in the guest's PATH.
+func InPod(netnsPath string, argv ...string) *exec.Cmd {
+	args := append([]string{"netns", "exec", filepath.Base(netnsPath)}, argv...)
+	cmd := exec.Command(IPTool, args...)
+	// Its own process group: Kill takes `ip netns exec` and the tool.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	return cmd
+}
+
+// Proc is a verbs tool running in a pod.
+type Proc struct {
+	Cmd  *exec.Cmd
+	out  bytes.Buffer
+	done chan struct{}
+	err  error
+}
+
+// Start runs cmd (from InPod) in the background, collecting its output.
+func Start(cmd *exec.Cmd) (*Proc, error) {
+	p := &Proc{Cmd: cmd, done: make(chan struct{})}
+	cmd.Stdout = &p.out
+	cmd.Stderr = &p.out
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %v", strings.Join(cmd.Args, " "), err)
+	}
+	go func() {
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// Wait waits up to timeout for the tool to exit and returns its output.
+func (p *Proc) Wait(timeout time.Duration) (string, error) {
+	select {
+	case <-p.done:
+		if p.err != nil {
+			return p.out.String(), fmt.Errorf("%s: %v", p.name(), p.err)
+		}
+		return p.out.String(), nil
+	case <-time.After(timeout):
+		p.Kill()
+		return p.out.String(), fmt.Errorf("%s: still running after %s", p.name(), timeout)
+	}
+}
+
+// name is the command line without InPod's `ip netns exec NAME`.
+func (p *Proc) name() string {
+	args := p.Cmd.Args
+	if len(args) > 3 && args[0] == IPTool && args[1] == "netns" {
+		args = args[3:]
+	}
+	return strings.Join(args, " ")
+}
+
+// Exited tells whether the tool has exited.
+func (p *Proc) Exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Kill SIGKILLs the tool's process group, as kubelet kills a pod's
+// containers, and waits for it to be gone. The test rxe cannot revoke a
+// device from a process that still has it open when the device leaves the
+// netns (its disassociate_ucontext is empty), so tests kill a pod's verbs
+// processes before its DEL, as Kubernetes does.
+func (p *Proc) Kill() {
+	if p == nil || p.Cmd.Process == nil {
+		return
+	}
+	_ = syscall.Kill(-p.Cmd.Process.Pid, syscall.SIGKILL)
+	<-p.done
+}
+
+// Output is what the tool printed so far (complete once it exited).
+func (p *Proc) Output() string {
+	if p.Exited() {
+		return p.out.String()
+	}
+	return "(still running)"
+}
+
+// PingPong is what ibv_rc_pingpong reports on one side.
+type PingPong struct {
+	Bytes       int64
+	Iters       int
+	Seconds     float64
+	UsecPerIter float64
+}
+
+var (
+	ppBytes = regexp.MustCompile(`(\d+) bytes in ([\d.]+) seconds`)
+	ppIters = regexp.MustCompile(`(\d+) iters in ([\d.]+) seconds = ([\d.]+) usec/iter`)
+)
+
+// ParsePingPong reads ibv_rc_pingpong's two result lines.
+func ParsePingPong(out string) (PingPong, error) {
+	b, i := ppBytes.FindStringSubmatch(out), ppIters.FindStringSubmatch(out)
+	if b == nil || i == nil {
+		return PingPong{}, fmt.Errorf("no ibv_rc_pingpong result in:\n%s", out)
+	}
+	var r PingPong
+	r.Bytes, _ = strconv.ParseInt(b[1], 10, 64)
+	r.Iters, _ = strconv.Atoi(i[1])
+	r.Seconds, _ = strconv.ParseFloat(i[2], 64)
+	r.UsecPerIter, _ = strconv.ParseFloat(i[3], 64)
+	return r, nil
+}
+
+// PingPongArgs is ibv_rc_pingpong's command line for one side: server is
+// the server's IP for the client, empty for the server itself.
+func PingPongArgs(dev string, size, iters int, server string) []string {
+	argv := []string{"ibv_rc_pingpong", "-d", dev, "-g", RoCEv2GID,
+		"-s", strconv.Itoa(size), "-n", strconv.Itoa(iters)}
+	if server != "" {
+		argv = append(argv, server)
+	}
+	return argv
+}
+
+// StartServer starts the server side of a verbs tool and gives it time to
+// listen on its TCP port (the tools exchange QP numbers over TCP first).
+func StartServer(ep Endpoint, argv ...string) (*Proc, error) {
+	p, err := Start(InPod(ep.Netns, argv...))
+	if err != nil {
+		return nil, err
+	}
+	if err := waitListening(ep.Netns, p); err != nil {
+		p.Kill()
+		return nil, err
+	}
+	return p, nil
+}
+
+// waitListening waits until a TCP socket listens in the pod on 18515, the
+// port both the verbs examples and perftest exchange QP numbers on.
+func waitListening(netnsPath string, p *Proc) error {
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if p.Exited() {
+			return fmt.Errorf("server exited before listening: %s", p.out.String())
+		}
+		out, err := InPod(netnsPath, "cat", "/proc/net/tcp", "/proc/net/tcp6").Output()
+		if err == nil && listening.Match(out) {
+			return nil
+		}
+	}
+	return errors.New("server is not listening on TCP 18515 after 20s")
+}
+
+// A /proc/net/tcp{,6} line of a socket listening (state 0A) on port 0x4853.
+var listening = regexp.MustCompile(`:4853 0+:0000 0A`)
+
+// RunPingPong runs ibv_rc_pingpong (RC send/receive, size bytes, iters
+// round trips) between two pods and returns both sides' figures.
+func RunPingPong(server, client Endpoint, size, iters int, timeout time.Duration) (srv, cli PingPong, err error) {
+	s, err := StartServer(server, PingPongArgs(server.Dev, size, iters, "")...)
+	if err != nil {
+		return srv, cli, err
+	}
+	defer s.Kill()
+	c, err := Start(InPod(client.Netns, PingPongArgs(client.Dev, size, iters, server.IP)...))
+	if err != nil {
+		return srv, cli, err
+	}
+	cout, cerr := c.Wait(timeout)
+	sout, serr := s.Wait(10 * time.Second)
+	if cerr != nil || serr != nil {
+		return srv, cli, fmt.Errorf("ibv_rc_pingpong: client: %v\n%s\nserver: %v\n%s", cerr, cout, serr, sout)
+	}
+	if srv, err = ParsePingPong(sout); err != nil {
+		return srv, cli, err
+	}
+	cli, err = ParsePingPong(cout)
+	return srv, cli, err
+}
+
+// WriteBW is perftest's ib_write_bw result line.
+type WriteBW struct {
+	Bytes       int
+	Iters       int
+	PeakMBps    float64
+	AverageMBps float64
+	MsgRateMpps float64
+	Output      string // all the tool printed
+}
+
+var bwLine = regexp.MustCompile(`(?m)^\s*(\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s*$`)
+
+// ParseWriteBW reads ib_write_bw's result line.
+func ParseWriteBW(out string) (WriteBW, error) {
+	m := bwLine.FindStringSubmatch(out)
+	if m == nil {
+		return WriteBW{}, fmt.Errorf("no ib_write_bw result in:\n%s", out)
+	}
+	var r WriteBW
+	r.Bytes, _ = strconv.Atoi(m[1])
+	r.Iters, _ = strconv.Atoi(m[2])
+	r.PeakMBps, _ = strconv.ParseFloat(m[3], 64)
+	r.AverageMBps, _ = strconv.ParseFloat(m[4], 64)
+	r.MsgRateMpps, _ = strconv.ParseFloat(m[5], 64)
+	r.Output = out
+	return r, nil
+}
+
+// WriteBWArgs is ib_write_bw's command line (server as for PingPongArgs)
+// in iteration mode (-n, -F):
+// its duration mode (-D) refuses to report under the VM's emulated CPU
+// ("Correlation coefficient r^2 < 0.9").
+func WriteBWArgs(dev string, size, iters int, server string) []string {
+	argv := []string{"ib_write_bw", "-d", dev, "-x", RoCEv2GID, "-F",
+		"-s", strconv.Itoa(size), "-n", strconv.Itoa(iters)}
+	if server != "" {
+		argv = append(argv, server)
+	}
+	return argv
+}
+
+// RunWriteBW runs ib_write_bw (RDMA writes of size bytes, iters of them)
+// from client to server and returns the client's figures.
+func RunWriteBW(server, client Endpoint, size, iters int, timeout time.Duration) (WriteBW, error) {
+	s, err := StartServer(server, WriteBWArgs(server.Dev, size, iters, "")...)
+	if err != nil {
+		return WriteBW{}, err
+	}
+	defer s.Kill()
+	c, err := Start(InPod(client.Netns, WriteBWArgs(client.Dev, size, iters, server.IP)...))
+	if err != nil {
+		return WriteBW{}, err
+	}
+	cout, cerr := c.Wait(timeout)
+	sout, serr := s.Wait(10 * time.Second)
+	if cerr != nil || serr != nil {
+		return WriteBW{}, fmt.Errorf("ib_write_bw: client: %v\n%s\nserver: %v\n%s", cerr, cout, serr, sout)
+	}
+	return ParseWriteBW(cout)
+}
+
+// SentPackets is the device's RoCE packets sent so far (rxe's sent_pkts
+// counter), read in the pod, where the device is.
+func SentPackets(ep Endpoint) (int64, error) {
+	f := "/sys/class/infiniband/" + ep.Dev + "/ports/1/hw_counters/sent_pkts"
+	out, err := InPod(ep.Netns, "cat", f).Output()
+	if err != nil {
+		return 0, fmt.Errorf("read %s in %s: %v", f, ep.Netns, err)
+	}
+	return strconv.ParseInt(strings.TrimSpace(string(out)), 10, 64)
+}
+
+// RunRping runs rdma_cm's rping (connection set up by rdma_cm, as MPI and
+// UCX do, instead of the verbs examples' TCP exchange) from client to
+// server, count pings, and returns how many the client verified. rping
+// finds the device from the address, so Endpoint.Dev is not used.
+func RunRping(server, client Endpoint, count int, timeout time.Duration) (int, error) {
+	n := strconv.Itoa(count)
+	s, err := Start(InPod(server.Netns, "rping", "-s", "-a", server.IP, "-C", n, "-v"))
+	if err != nil {
+		return 0, err
+	}
+	defer s.Kill()
+	// rping listens through rdma_cm, not on a TCP port: give it a moment.
+	time.Sleep(time.Second)
+	c, err := Start(InPod(client.Netns, "rping", "-c", "-a", server.IP, "-C", n, "-v"))
+	if err != nil {
+		return 0, err
+	}
+	cout, cerr := c.Wait(timeout)
+	pings := strings.Count(cout, "ping data: rdma-ping-")
+	if cerr != nil {
+		return pings, fmt.Errorf("rping client: %v\n%s\nserver:\n%s", cerr, cout, s.Output())
+	}
+	return pings, nil
+}
