@@ -1,0 +1,159 @@
+package exporter
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/rdma-netns/rdma-netns/pkg/doctor"
+)
+
+// NodeReader reads devices from the running kernel.
+type NodeReader struct {
+	// SysfsRoot is the sysfs of the exporter's own netns ("/sys").
+	SysfsRoot string
+}
+
+// Read implements Reader. For a netns other than its own it runs on a
+// fresh OS thread that joins the netns and mounts a sysfs there (see
+// doctor.PrivateSysfs): sysfs shows only the RDMA devices and netdevs of
+// the netns it was mounted from, and netlink sockets opened on that thread
+// talk to that netns. The thread is never returned to the Go runtime, so a
+// thread left in a pod's namespaces cannot run anything else.
+func (r NodeReader) Read(nsPath string, devices []string) ([]DeviceStats, error) {
+	if nsPath == "" {
+		return readHere(r.SysfsRoot, devices)
+	}
+	var out []DeviceStats
+	err := doctor.PrivateSysfs(nsPath, func(root string) error {
+		var err error
+		out, err = readHere(root, devices)
+		return err
+	})
+	return out, err
+}
+
+// readHere reads the named devices of the calling thread's netns, with
+// root a sysfs mounted in it.
+func readHere(root string, names []string) ([]DeviceStats, error) {
+	links, err := linkList()
+	if err != nil {
+		return nil, err
+	}
+	byName := map[string]*netlink.RdmaLink{}
+	for _, l := range links {
+		byName[l.Attrs.Name] = l
+	}
+	// One dump for every device; a failure only costs the resource counts.
+	resources := map[string]map[string]uint64{}
+	if res, err := netlink.RdmaResourceList(); err == nil {
+		for _, r := range res {
+			resources[r.Name] = r.RdmaResourceSummaryEntries
+		}
+	}
+	out := make([]DeviceStats, 0, len(names))
+	for _, name := range names {
+		link, ok := byName[name]
+		if !ok {
+			continue // moved or removed since the inventory listed it
+		}
+		d := DeviceStats{Name: name, Resources: resources[name]}
+		for port := uint32(1); port <= link.Attrs.NumPorts; port++ {
+			d.Ports = append(d.Ports, readPort(root, link, port))
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+func readPort(root string, link *netlink.RdmaLink, port uint32) PortStats {
+	dir := filepath.Join(root, "class", "infiniband", link.Attrs.Name, "ports", strconv.Itoa(int(port)))
+	p := PortStats{
+		Port:      int(port),
+		Netdev:    portNetdev(dir),
+		State:     stateNumber(filepath.Join(dir, "state")),
+		PhysState: stateNumber(filepath.Join(dir, "phys_state")),
+		Counters:  readCounters(filepath.Join(dir, "counters")),
+	}
+	if st, err := netlink.RdmaPortStatisticList(link, port); err == nil && len(st.Statistics) > 0 {
+		p.HWCounters = st.Statistics
+	} else {
+		// Kernels before RDMA netlink statistics have only sysfs.
+		p.HWCounters = readCounters(filepath.Join(dir, "hw_counters"))
+	}
+	return p
+}
+
+// linkList retries dumps the kernel marked as interrupted (a device moved
+// while it was listed).
+func linkList() ([]*netlink.RdmaLink, error) {
+	for i := 0; ; i++ {
+		links, err := netlink.RdmaLinkList()
+		if errors.Is(err, netlink.ErrDumpInterrupted) && i < 5 {
+			runtime.Gosched()
+			continue
+		}
+		return links, err
+	}
+}
+
+// portNetdev names the netdev of a RoCE/iWARP port from its GID table:
+// entry 0 (the link-local GID) first, else the first entry that has one.
+func portNetdev(portDir string) string {
+	ndevs := filepath.Join(portDir, "gid_attrs", "ndevs")
+	if v, err := readSmall(filepath.Join(ndevs, "0")); err == nil && v != "" {
+		return v
+	}
+	entries, _ := os.ReadDir(ndevs)
+	for _, e := range entries {
+		if v, err := readSmall(filepath.Join(ndevs, e.Name())); err == nil && v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+// stateNumber reads "4: ACTIVE" as 4.
+func stateNumber(file string) int {
+	v, err := readSmall(file)
+	if err != nil {
+		return 0
+	}
+	num, _, _ := strings.Cut(v, ":")
+	n, _ := strconv.Atoi(strings.TrimSpace(num))
+	return n
+}
+
+// readCounters reads a directory of counter files. lifespan (hw_counters)
+// is a setting, not a counter, and files that do not read as numbers are
+// skipped; a missing directory is no counters.
+func readCounters(dir string) map[string]uint64 {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	out := map[string]uint64{}
+	for _, e := range entries {
+		if e.IsDir() || e.Name() == "lifespan" {
+			continue
+		}
+		v, err := readSmall(filepath.Join(dir, e.Name()))
+		if err != nil {
+			continue
+		}
+		if n, err := strconv.ParseUint(v, 10, 64); err == nil {
+			out[e.Name()] = n
+		}
+	}
+	return out
+}
+
+func readSmall(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	return strings.TrimSpace(string(b)), err
+}
