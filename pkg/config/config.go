@@ -68,6 +68,15 @@ type NetConf struct {
 	Result *current.Result `json:"-"`
 	// CNIArgs are the rdma-netns keys found in CNI_ARGS.
 	CNIArgs PerPodArgs `json:"-"`
+	// Pod is the Kubernetes pod the runtime named in CNI_ARGS, if any.
+	Pod PodRef `json:"-"`
+}
+
+// PodRef is the pod a runtime names in CNI_ARGS (K8S_POD_NAMESPACE,
+// K8S_POD_NAME): recorded so metrics and reports can say which pod holds
+// a device.
+type PodRef struct {
+	Namespace, Name string
 }
 
 // PerPodArgs are the settings a pod may pass through CNI_ARGS or args.cni.
@@ -98,11 +107,12 @@ func Parse(stdin []byte, cniArgs string) (*NetConf, error) {
 	if conf.StateDir == "" {
 		conf.StateDir = DefaultStateDir
 	}
-	args, err := parseCNIArgs(cniArgs)
+	args, pod, err := parseCNIArgs(cniArgs)
 	if err != nil {
 		return nil, err
 	}
 	conf.CNIArgs = args
+	conf.Pod = pod
 	if err := conf.validate(); err != nil {
 		return nil, err
 	}
@@ -237,10 +247,11 @@ func supported(v string) bool {
 // parseCNIArgs picks the rdma-netns keys out of CNI_ARGS. Runtimes put
 // their own keys there (K8S_POD_NAME, IgnoreUnknown), so unknown keys are
 // not an error.
-func parseCNIArgs(s string) (PerPodArgs, error) {
+func parseCNIArgs(s string) (PerPodArgs, PodRef, error) {
 	var a PerPodArgs
+	var pod PodRef
 	if s == "" {
-		return a, nil
+		return a, pod, nil
 	}
 	for _, pair := range strings.Split(s, ";") {
 		if pair == "" {
@@ -248,14 +259,27 @@ func parseCNIArgs(s string) (PerPodArgs, error) {
 		}
 		k, v, ok := strings.Cut(pair, "=")
 		if !ok {
-			return a, fmt.Errorf("CNI_ARGS entry %q is not KEY=VALUE", pair)
+			return a, pod, fmt.Errorf("CNI_ARGS entry %q is not KEY=VALUE", pair)
 		}
 		switch k {
 		case "rdmaDevice":
 			a.RdmaDevice = v
 		case "rdmaDevName":
 			a.RdmaDevName = v
+		case "K8S_POD_NAMESPACE", "K8S_POD_NAME":
+			if !k8sNameRe.MatchString(v) {
+				return a, pod, fmt.Errorf("CNI_ARGS %s %q is not a Kubernetes name", k, v)
+			}
+			if k == "K8S_POD_NAME" {
+				pod.Name = v
+			} else {
+				pod.Namespace = v
+			}
 		}
 	}
-	return a, nil
+	return a, pod, nil
 }
+
+// k8sNameRe is a DNS subdomain, what Kubernetes allows for namespace and
+// pod names.
+var k8sNameRe = regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$`)
