@@ -33,6 +33,8 @@ go test -c -tags e2e -o "$out/bin/e2e.test" ./e2e
 log "bench and stress programs"
 go build -trimpath -o "$out/bin/rdma-netns-bench" ./e2e/bench
 go build -trimpath -o "$out/bin/rdma-netns-stress" ./e2e/stress
+log "exporter"
+go build -trimpath -o "$out/bin/rdma-netns-exporter" ./cmd/rdma-netns-exporter
 for f in "$@"; do
   cp "$f" "$out/"
 done

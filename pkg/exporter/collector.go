@@ -217,7 +217,7 @@ type labels struct{ device, namespace, pod, hostDevice string }
 func labelsOf(p Placement) labels {
 	l := labels{device: p.Device, hostDevice: p.Device}
 	if r := p.Record; r != nil {
-		l.namespace, l.pod = podOf(r)
+		l.namespace, l.pod = r.K8sNamespace, r.K8sPod
 		l.hostDevice = r.Device
 	}
 	return l

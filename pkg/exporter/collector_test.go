@@ -15,6 +15,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/rdma-netns/rdma-netns/pkg/state"
 )
 
 // fakeInventory lists fixed placements.
@@ -335,5 +337,42 @@ func TestMetricNames(t *testing.T) {
 	}
 	if len(names) == 0 {
 		t.Fatal("the collector describes no metric")
+	}
+}
+
+// A device in a pod carries the pod the runtime named at ADD; a renamed
+// one keeps its host name in host_device. A device in a netns that no
+// record claims is reported without a pod.
+func TestPodDevicesCarryTheirPod(t *testing.T) {
+	r := &fakeReader{devices: map[string]map[string]DeviceStats{
+		"/run/netns/a": {"rxe2": rxeStats("rxe2", "net1", 3, 4)},
+		"/run/netns/b": {"rdma_net1": rxeStats("rdma_net1", "net1", 5, 6)},
+		"/run/netns/c": {"rxe6": rxeStats("rxe6", "eth6", 7, 8)},
+	}}
+	recA := &state.Record{Device: "rxe2", Netns: "/run/netns/a", K8sNamespace: "team-a", K8sPod: "trainer-0"}
+	recB := &state.Record{Device: "rxe4", PodName: "rdma_net1", Netns: "/run/netns/b", K8sNamespace: "team-b", K8sPod: "trainer-1"}
+	inv := fakeInventory{placements: []Placement{
+		{Device: "rxe2", Netns: "/run/netns/a", Record: recA},
+		{Device: "rdma_net1", Netns: "/run/netns/b", Record: recB},
+		{Device: "rxe6", Netns: "/run/netns/c"},
+	}}
+	fams := scrape(t, NewCollector(inv, r))
+
+	cases := []struct {
+		labels map[string]string
+		sent   float64
+	}{
+		{map[string]string{"device": "rxe2", "host_device": "rxe2", "netdev": "net1", "namespace": "team-a", "pod": "trainer-0"}, 3},
+		{map[string]string{"device": "rdma_net1", "host_device": "rxe4", "netdev": "net1", "namespace": "team-b", "pod": "trainer-1"}, 5},
+		{map[string]string{"device": "rxe6", "host_device": "rxe6", "netdev": "eth6", "namespace": "", "pod": ""}, 7},
+	}
+	for _, c := range cases {
+		if got := value(t, fams, "rdma_port_hw_counter_total", with(c.labels, "counter", "sent_pkts")); got != c.sent {
+			t.Errorf("sent_pkts%v = %v, want %v", c.labels, got, c.sent)
+		}
+		dev := map[string]string{"device": c.labels["device"], "host_device": c.labels["host_device"], "namespace": c.labels["namespace"], "pod": c.labels["pod"]}
+		if got := value(t, fams, "rdma_device_resources", with(dev, "resource", "qp")); got != 3 {
+			t.Errorf("qp%v = %v, want 3", dev, got)
+		}
 	}
 }

@@ -36,9 +36,8 @@ Flags:
 `
 
 // Main runs the exporter with the command-line arguments and returns the
-// exit status. newInventory builds the device inventory for a state
-// directory and sysfs root.
-func Main(args []string, stderr io.Writer, newInventory func(stateDir, sysfs string) Inventory) int {
+// exit status.
+func Main(args []string, stderr io.Writer) int {
 	fl := flag.NewFlagSet("rdma-netns-exporter", flag.ContinueOnError)
 	fl.SetOutput(stderr)
 	listen := fl.String("listen", DefaultListen, "`ADDR` to serve /metrics and /healthz on")
@@ -70,7 +69,7 @@ func Main(args []string, stderr io.Writer, newInventory func(stateDir, sysfs str
 	fmt.Fprintf(stderr, "rdma-netns-exporter: serving /metrics on %s\n", ln.Addr())
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if err := Serve(ctx, ln, NewCollector(newInventory(*stateDir, *sysfs), NodeReader{SysfsRoot: *sysfs})); err != nil {
+	if err := Serve(ctx, ln, NewCollector(RealInventory(*stateDir), NodeReader{SysfsRoot: *sysfs})); err != nil {
 		fmt.Fprintf(stderr, "rdma-netns-exporter: %v\n", err)
 		return 1
 	}
