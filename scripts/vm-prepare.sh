@@ -6,8 +6,11 @@
 #     installed on the host: that would drag in initramfs-tools/bootloader
 #     hooks for a kernel the host never boots);
 #   - rdma_rxe built out of tree from that source with scripts/rxe/*.patch;
+#   - Debian's rdma-core userspace (ibverbs-utils, rdmacm-utils, perftest,
+#     the rxe provider and their libraries), downloaded as .debs for the guest;
 #   - the unchanging part of the guest initramfs (busybox, iproute2, kmod,
-#     their libraries, the kernel modules), packed as base.cpio.
+#     the RDMA userspace, their libraries, the kernel modules), packed as
+#     base.cpio.
 #
 # Idempotent: every step is skipped when its stamp matches its inputs, so a
 # second run takes a few seconds (a few apt-cache look-ups and hashes).
@@ -194,6 +197,41 @@ if ! stamp_ok "$KDIR/.rxe.stamp" "$KEY_RXE" || [ ! -f "$RXE_KO" ]; then
 fi
 
 # ---------------------------------------------------------------------------
+# RDMA userspace for the guest: verbs and rdma_cm tools, perftest and the rxe
+# provider, so tests run real RoCE traffic between pods. Downloaded, never
+# installed on the host; the key is the package versions apt offers.
+# ---------------------------------------------------------------------------
+RDMA_USER_PKGS="ibverbs-utils ibverbs-providers libibverbs1 librdmacm1
+  rdmacm-utils perftest libibumad3 libpci3 libnl-3-200 libnl-route-3-200 libudev1"
+RDMA_DEBS="$CACHE_ROOT/rdma-user"
+rdma_user_key() {
+  local p v key=""
+  for p in $RDMA_USER_PKGS; do
+    v=$(apt-cache policy "$p" | awk '/Candidate:/ { print $2 }')
+    [ -n "$v" ] && [ "$v" != "(none)" ] || return 1
+    key="$key $p=$v"
+  done
+  echo "${key# }"
+}
+KEY_RDMA=$(rdma_user_key || true)
+if [ -z "$KEY_RDMA" ]; then
+  apt_update_once
+  KEY_RDMA=$(rdma_user_key) || die "apt offers no candidate for one of: $RDMA_USER_PKGS"
+fi
+if ! stamp_ok "$RDMA_DEBS/.stamp" "$KEY_RDMA"; then
+  rm -rf "$RDMA_DEBS"
+  mkdir -p "$RDMA_DEBS"
+  log "downloading the RDMA userspace: $(echo $RDMA_USER_PKGS)"
+  # Lists a few days old may name versions the mirror dropped: refresh once.
+  if ! (cd "$RDMA_DEBS" && apt-get download $KEY_RDMA >/dev/null 2>&1); then
+    apt_update_once
+    KEY_RDMA=$(rdma_user_key) || die "apt offers no candidate for one of: $RDMA_USER_PKGS"
+    (cd "$RDMA_DEBS" && run_logged apt-get download $KEY_RDMA)
+  fi
+  echo "$KEY_RDMA" > "$RDMA_DEBS/.stamp"
+fi
+
+# ---------------------------------------------------------------------------
 # Base initramfs: everything except /init, the run config and the payload,
 # which vm-run.sh appends per invocation as a second cpio archive.
 # ---------------------------------------------------------------------------
@@ -206,7 +244,7 @@ BASE_CPIO="$KDIR/base.cpio"
 pkgver() { dpkg-query -W -f='${Version}' "$1"; }
 KEY_BASE="$KEY_RXE $(sha "$RXE_KO" "${BASH_SOURCE[0]}") \
 busybox=$(pkgver busybox-static) iproute2=$(pkgver iproute2) kmod=$(pkgver kmod) \
-libc=$(pkgver libc6) $GUEST_MODULES"
+libc=$(pkgver libc6) $GUEST_MODULES $KEY_RDMA"
 KEY_BASE=$(echo "$KEY_BASE" | tr -s ' \n' ' ')
 if ! stamp_ok "$KDIR/.base.stamp" "$KEY_BASE" || [ ! -f "$BASE_CPIO" ]; then
   log "building base initramfs"
@@ -242,6 +280,26 @@ if ! stamp_ok "$KDIR/.base.stamp" "$KEY_BASE" || [ ! -f "$BASE_CPIO" ]; then
     cp -L "$lib" "$S$lib"
   done
   [ -d /etc/iproute2 ] && cp -a /etc/iproute2 "$S/etc/"
+
+  # The RDMA userspace: the packages' files as they are (binaries, libraries,
+  # /etc/libibverbs.d and the providers), without documentation; then any
+  # host library they need that the packages do not bring (libm, ...).
+  for d in "$RDMA_DEBS"/*.deb; do
+    dpkg-deb -x "$d" "$S"
+  done
+  rm -rf "$S/usr/share/doc" "$S/usr/share/man" "$S/usr/share/lintian" "$S/usr/share/bug"
+  rdma_libdirs=$(find "$S/usr/lib" "$S/lib" -name '*.so*' -printf '%h\n' | sort -u | tr '\n' :)
+  for lib in $(find "$S/usr/bin" "$S/usr/lib" -type f \( -perm -u+x -o -name '*.so*' \) -print0 \
+      | xargs -0 env LD_LIBRARY_PATH="$rdma_libdirs" ldd 2>/dev/null \
+      | awk '/=> \// { print $3 }' | sort -u); do
+    case "$lib" in "$S"/*) continue ;; esac
+    [ -e "$S$lib" ] && continue
+    mkdir -p "$S$(dirname "$lib")"
+    cp -L "$lib" "$S$lib"
+  done
+  for t in ibv_devinfo ibv_rc_pingpong ib_write_bw rping; do
+    [ -x "$S/usr/bin/$t" ] || die "RDMA userspace: $t missing from $RDMA_USER_PKGS"
+  done
 
   # Kernel modules: the closure of GUEST_MODULES, with our rxe replacing the
   # stock one (stock rxe cannot change netns), then a real depmod.
