@@ -24,6 +24,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/rdma-netns/rdma-netns/pkg/inventory"
 	"github.com/rdma-netns/rdma-netns/pkg/state"
 )
 
@@ -87,6 +88,9 @@ type Collector struct {
 	reader Reader
 	// parallel bounds the namespaces read at once.
 	parallel int
+	// netnsExists tells a netns that vanished mid-scrape (a pod deleted:
+	// normal, skipped quietly) from one that could not be read.
+	netnsExists func(path string) bool
 	// mu serializes scrapes: two Prometheus servers scraping at once read
 	// the node one after the other instead of doubling the threads that
 	// enter namespaces.
@@ -102,6 +106,10 @@ func NewCollector(inv Inventory, reader Reader) *Collector {
 		inv:      inv,
 		reader:   reader,
 		parallel: 4,
+		netnsExists: func(path string) bool {
+			_, err := inventory.Identify(path)
+			return err == nil
+		},
 		hwCounter: prometheus.NewDesc("rdma_port_hw_counter_total",
 			"Hardware counter of an RDMA port as its driver names it (hw_counters: iwInRdmaWrites for irdma, rx_write_requests for mlx5, sent_pkts for rxe).",
 			append(portLabels[:len(portLabels):len(portLabels)], "counter"), nil),
@@ -120,7 +128,7 @@ func NewCollector(inv Inventory, reader Reader) *Collector {
 		devices: prometheus.NewDesc("rdma_exporter_devices",
 			"RDMA devices read in this scrape.", nil, nil),
 		readErrors: prometheus.NewDesc("rdma_exporter_read_errors",
-			"Network namespaces (or the inventory) that could not be read in this scrape; their devices are missing from it.", nil, nil),
+			"Network namespaces that exist but could not be read in this scrape, plus 1 when the inventory or the records could not be read; their devices are missing from it (a pod that went away mid-scrape is not an error).", nil, nil),
 		duration: prometheus.NewDesc("rdma_exporter_scrape_duration_seconds",
 			"Time this scrape took to find and read every RDMA device.", nil, nil),
 	}
@@ -146,6 +154,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		errs++
 	}
 	for _, res := range c.readAll(placements) {
+		if res.err != nil && res.netns != "" && !c.netnsExists(res.netns) {
+			continue // the pod went away since the inventory listed it
+		}
 		if res.err != nil {
 			log.Printf("rdma-netns-exporter: reading netns %s: %v", res.netns, res.err)
 			errs++

@@ -197,33 +197,41 @@ func with(m map[string]string, k, v string) map[string]string {
 	return out
 }
 
-// A netns that cannot be entered (the pod died mid-scrape) or a device that
-// moved away between listing and reading costs only those devices.
+// A netns that vanished (the pod died mid-scrape) or a device that moved
+// away between listing and reading costs only those devices, quietly; a
+// netns that still exists but cannot be read is counted as an error.
 func TestVanishingNetnsAndDeviceAreSkipped(t *testing.T) {
 	r := &fakeReader{
 		devices: map[string]map[string]DeviceStats{
-			"":               {"rxe0": rxeStats("rxe0", "eth0", 1, 1)},
-			"/run/netns/ok":  {"rxe2": rxeStats("rxe2", "net1", 5, 6)},
-			"/run/netns/old": {"rxe4": rxeStats("rxe4", "net1", 7, 8)},
+			"":                {"rxe0": rxeStats("rxe0", "eth0", 1, 1)},
+			"/run/netns/ok":   {"rxe2": rxeStats("rxe2", "net1", 5, 6)},
+			"/run/netns/gone": {"rxe4": rxeStats("rxe4", "net1", 7, 8)},
+			"/run/netns/bad":  {"rxe6": rxeStats("rxe6", "net1", 7, 8)},
 		},
-		fail: map[string]error{"/run/netns/old": errors.New("open /run/netns/old: no such file or directory")},
+		fail: map[string]error{
+			"/run/netns/gone": errors.New("open /run/netns/gone: no such file or directory"),
+			"/run/netns/bad":  errors.New("mount sysfs for netns /run/netns/bad: operation not permitted"),
+		},
 	}
 	inv := fakeInventory{placements: []Placement{
 		{Device: "rxe0"},
 		{Device: "rxe1"}, // listed, then moved: the reader no longer finds it
 		{Device: "rxe2", Netns: "/run/netns/ok"},
-		{Device: "rxe4", Netns: "/run/netns/old"},
+		{Device: "rxe4", Netns: "/run/netns/gone"},
+		{Device: "rxe6", Netns: "/run/netns/bad"},
 	}}
-	fams := scrape(t, NewCollector(inv, r))
+	c := NewCollector(inv, r)
+	c.netnsExists = func(path string) bool { return path != "/run/netns/gone" }
+	fams := scrape(t, c)
 
-	for dev, want := range map[string]bool{"rxe0": true, "rxe1": false, "rxe2": true, "rxe4": false} {
+	for dev, want := range map[string]bool{"rxe0": true, "rxe1": false, "rxe2": true, "rxe4": false, "rxe6": false} {
 		_, got := sample(t, fams, "rdma_port_hw_counter_total", map[string]string{"device": dev, "counter": "sent_pkts"})
 		if got != want {
 			t.Errorf("device %s reported = %v, want %v", dev, got, want)
 		}
 	}
 	if got := value(t, fams, "rdma_exporter_read_errors", nil); got != 1 {
-		t.Errorf("rdma_exporter_read_errors = %v, want 1 (the netns that vanished)", got)
+		t.Errorf("rdma_exporter_read_errors = %v, want 1 (the netns that exists but could not be read)", got)
 	}
 	if got := value(t, fams, "rdma_exporter_devices", nil); got != 2 {
 		t.Errorf("rdma_exporter_devices = %v, want 2", got)
