@@ -11,6 +11,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/rdma-netns/rdma-netns/pkg/doctor"
+	"github.com/rdma-netns/rdma-netns/pkg/rdmans"
 )
 
 // NodeReader reads devices from the running kernel.
@@ -63,30 +64,56 @@ func readHere(root string, names []string) ([]DeviceStats, error) {
 			continue // moved or removed since the inventory listed it
 		}
 		d := DeviceStats{Name: name, Resources: resources[name]}
-		for port := uint32(1); port <= link.Attrs.NumPorts; port++ {
-			d.Ports = append(d.Ports, readPort(root, link, port))
+		ports, err := rdmans.Ports(link.Attrs.Index)
+		if err != nil {
+			// Port info by netlink is newer than hw counters there: fall
+			// back to sysfs for state and netdev.
+			ports = nil
+			for port := uint32(1); port <= link.Attrs.NumPorts; port++ {
+				ports = append(ports, sysfsPort(root, name, port))
+			}
+		}
+		for _, p := range ports {
+			d.Ports = append(d.Ports, readPort(root, link, p))
 		}
 		out = append(out, d)
 	}
 	return out, nil
 }
 
-func readPort(root string, link *netlink.RdmaLink, port uint32) PortStats {
-	dir := filepath.Join(root, "class", "infiniband", link.Attrs.Name, "ports", strconv.Itoa(int(port)))
+func portDir(root, dev string, port uint32) string {
+	return filepath.Join(root, "class", "infiniband", dev, "ports", strconv.Itoa(int(port)))
+}
+
+// readPort adds the port's counters: hardware counters over RDMA netlink
+// (sysfs hw_counters on kernels without them there) and the standard
+// counters, which only sysfs has.
+func readPort(root string, link *netlink.RdmaLink, info rdmans.PortInfo) PortStats {
+	dir := portDir(root, link.Attrs.Name, info.Port)
 	p := PortStats{
-		Port:      int(port),
-		Netdev:    portNetdev(dir),
-		State:     stateNumber(filepath.Join(dir, "state")),
-		PhysState: stateNumber(filepath.Join(dir, "phys_state")),
+		Port:      int(info.Port),
+		Netdev:    info.Netdev,
+		State:     int(info.State),
+		PhysState: int(info.PhysState),
 		Counters:  readCounters(filepath.Join(dir, "counters")),
 	}
-	if st, err := netlink.RdmaPortStatisticList(link, port); err == nil && len(st.Statistics) > 0 {
+	if st, err := netlink.RdmaPortStatisticList(link, info.Port); err == nil && len(st.Statistics) > 0 {
 		p.HWCounters = st.Statistics
 	} else {
-		// Kernels before RDMA netlink statistics have only sysfs.
 		p.HWCounters = readCounters(filepath.Join(dir, "hw_counters"))
 	}
 	return p
+}
+
+// sysfsPort reads state and netdev of a port from sysfs.
+func sysfsPort(root, dev string, port uint32) rdmans.PortInfo {
+	dir := portDir(root, dev, port)
+	return rdmans.PortInfo{
+		Port:      port,
+		State:     uint8(stateNumber(filepath.Join(dir, "state"))),
+		PhysState: uint8(stateNumber(filepath.Join(dir, "phys_state"))),
+		Netdev:    portNetdev(dir),
+	}
 }
 
 // linkList retries dumps the kernel marked as interrupted (a device moved
@@ -102,16 +129,14 @@ func linkList() ([]*netlink.RdmaLink, error) {
 	}
 }
 
-// portNetdev names the netdev of a RoCE/iWARP port from its GID table:
-// entry 0 (the link-local GID) first, else the first entry that has one.
+// portNetdev names the netdev of a RoCE/iWARP port from its GID table.
+// The netdev's GIDs fill the first entries (link-local first); looking
+// further would read the whole table (1024 files on rxe) of a port whose
+// netdev is down and has none.
 func portNetdev(portDir string) string {
 	ndevs := filepath.Join(portDir, "gid_attrs", "ndevs")
-	if v, err := readSmall(filepath.Join(ndevs, "0")); err == nil && v != "" {
-		return v
-	}
-	entries, _ := os.ReadDir(ndevs)
-	for _, e := range entries {
-		if v, err := readSmall(filepath.Join(ndevs, e.Name())); err == nil && v != "" {
+	for i := range 4 {
+		if v, err := readSmall(filepath.Join(ndevs, strconv.Itoa(i))); err == nil && v != "" {
 			return v
 		}
 	}
