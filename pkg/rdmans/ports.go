@@ -119,19 +119,24 @@ func Ports(index uint32) ([]PortInfo, error) {
 	}
 	out := make([]PortInfo, 0, len(msgs))
 	for _, m := range msgs {
-		p := PortInfo{Netdev: attrString(m, rdmaNldevAttrNdevName)}
-		if v := attr(m, nl.RDMA_NLDEV_ATTR_PORT_INDEX); len(v) >= 4 {
-			p.Port = binary.NativeEndian.Uint32(v)
-		}
-		if v := attr(m, nl.RDMA_NLDEV_ATTR_PORT_STATE); len(v) >= 1 {
-			p.State = v[0]
-		}
-		if v := attr(m, nl.RDMA_NLDEV_ATTR_PORT_PHYS_STATE); len(v) >= 1 {
-			p.PhysState = v[0]
-		}
-		if p.Port > 0 {
+		if p := parsePort(m); p.Port > 0 {
 			out = append(out, p)
 		}
 	}
 	return out, nil
+}
+
+// parsePort reads one PORT_GET answer; Port 0 means it named no port.
+func parsePort(msg []byte) PortInfo {
+	p := PortInfo{Netdev: attrString(msg, rdmaNldevAttrNdevName)}
+	if v := attr(msg, nl.RDMA_NLDEV_ATTR_PORT_INDEX); len(v) >= 4 {
+		p.Port = binary.NativeEndian.Uint32(v)
+	}
+	if v := attr(msg, nl.RDMA_NLDEV_ATTR_PORT_STATE); len(v) >= 1 {
+		p.State = v[0]
+	}
+	if v := attr(msg, nl.RDMA_NLDEV_ATTR_PORT_PHYS_STATE); len(v) >= 1 {
+		p.PhysState = v[0]
+	}
+	return p
 }
