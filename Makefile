@@ -15,10 +15,15 @@ export CGO_ENABLED = 0
 
 all: build
 
-build: $(OUT)/rdma-netns
+build: $(OUT)/rdma-netns $(OUT)/rdma-netns-exporter
 
 $(OUT)/rdma-netns: FORCE
 	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $@ .
+
+# The exporter is a binary of its own: client_golang stays out of the CNI
+# binary, which every pod start executes.
+$(OUT)/rdma-netns-exporter: FORCE
+	$(GO) build -trimpath -o $@ ./cmd/rdma-netns-exporter
 
 FORCE:
 
