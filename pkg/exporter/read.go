@@ -66,8 +66,8 @@ func readHere(root string, names []string) ([]DeviceStats, error) {
 		d := DeviceStats{Name: name, Resources: resources[name]}
 		ports, err := rdmans.Ports(link.Attrs.Index)
 		if err != nil {
-			// Port info by netlink is newer than hw counters there: fall
-			// back to sysfs for state and netdev.
+			// A kernel that does not answer port queries over RDMA
+			// netlink: state and netdev from sysfs instead.
 			ports = nil
 			for port := uint32(1); port <= link.Attrs.NumPorts; port++ {
 				ports = append(ports, sysfsPort(root, name, port))
