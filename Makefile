@@ -15,10 +15,15 @@ export CGO_ENABLED = 0
 
 all: build
 
-build: $(OUT)/rdma-netns
+build: $(OUT)/rdma-netns $(OUT)/rdma-netns-exporter
 
 $(OUT)/rdma-netns: FORCE
 	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $@ .
+
+# The exporter is a binary of its own: client_golang stays out of the CNI
+# binary, which every pod start executes.
+$(OUT)/rdma-netns-exporter: FORCE
+	$(GO) build -trimpath -o $@ ./cmd/rdma-netns-exporter
 
 FORCE:
 
@@ -96,7 +101,7 @@ fuzz:
 ## `make image IMAGE=registry.example/rdma-netns:v1 push` pushes it.
 IMAGE        ?= rdma-netns:$(VERSION)
 PLATFORMS    ?= linux/amd64,linux/arm64
-IMAGE_BINS   := rdma-netns=.
+IMAGE_BINS   := rdma-netns=. rdma-netns-exporter=./cmd/rdma-netns-exporter
 IMAGE_LAYOUT ?= $(OUT)/image
 IMAGE_TOOL   := $(GO) -C build/image run .
 comma := ,

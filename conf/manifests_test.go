@@ -41,6 +41,31 @@ type networkAttachmentDefinition struct {
 	} `json:"spec"`
 }
 
+// serviceMonitor mirrors the part of monitoring.coreos.com/v1 ServiceMonitor
+// that conf/ uses; fields outside it fail strict decoding, so extend it
+// when an example needs more.
+type serviceMonitor struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+	Spec              struct {
+		Selector          metav1.LabelSelector `json:"selector"`
+		NamespaceSelector struct {
+			MatchNames []string `json:"matchNames,omitempty"`
+		} `json:"namespaceSelector,omitempty"`
+		Endpoints []struct {
+			Port          string `json:"port"`
+			Path          string `json:"path,omitempty"`
+			Interval      string `json:"interval,omitempty"`
+			ScrapeTimeout string `json:"scrapeTimeout,omitempty"`
+			HonorLabels   bool   `json:"honorLabels,omitempty"`
+			Relabelings   []struct {
+				SourceLabels []string `json:"sourceLabels,omitempty"`
+				TargetLabel  string   `json:"targetLabel,omitempty"`
+			} `json:"relabelings,omitempty"`
+		} `json:"endpoints"`
+	} `json:"spec"`
+}
+
 // kinds are the objects conf/ may contain. A kind missing here fails the
 // test rather than going unchecked: add it with its Go type.
 var kinds = map[string]struct {
@@ -53,6 +78,8 @@ var kinds = map[string]struct {
 	"Pod":                         {"v1", func() any { return &corev1.Pod{} }},
 	"DaemonSet":                   {"apps/v1", func() any { return &appsv1.DaemonSet{} }},
 	"NetworkAttachmentDefinition": {"k8s.cni.cncf.io/v1", func() any { return &networkAttachmentDefinition{} }},
+	"Service":                     {"v1", func() any { return &corev1.Service{} }},
+	"ServiceMonitor":              {"monitoring.coreos.com/v1", func() any { return &serviceMonitor{} }},
 }
 
 // object is one decoded YAML document.
@@ -281,6 +308,9 @@ func confFiles(t *testing.T, exts ...string) []string {
 func TestManifests(t *testing.T) {
 	nads := map[string]bool{}
 	podNetworks := map[string][]string{} // pod -> networks it asks for
+	var daemonSets []*appsv1.DaemonSet
+	var services []*corev1.Service
+	var monitors []*serviceMonitor
 	wantsDeviceID := map[string]string{} // NAD -> file, for device-info without a resource
 	selectedByID := map[string]bool{}    // networks some pod selects with a deviceID
 	for _, f := range confFiles(t, ".yaml", ".yml") {
@@ -299,6 +329,11 @@ func TestManifests(t *testing.T) {
 				if err := checkDaemonSet(obj); err != nil {
 					t.Errorf("%s: %v", o.where, err)
 				}
+				daemonSets = append(daemonSets, obj)
+			case *corev1.Service:
+				services = append(services, obj)
+			case *serviceMonitor:
+				monitors = append(monitors, obj)
 			case *networkAttachmentDefinition:
 				nads[obj.Name] = true
 				if err := checkChain([]byte(obj.Spec.Config), obj.Name, deviceIDFor(obj)); err != nil {
@@ -317,6 +352,16 @@ func TestManifests(t *testing.T) {
 					selectedByID[n] = true
 				}
 			}
+		}
+	}
+	for _, svc := range services {
+		if err := checkServiceTargets(svc, daemonSets); err != nil {
+			t.Errorf("Service %s: %v", svc.Name, err)
+		}
+	}
+	for _, sm := range monitors {
+		if err := checkServiceMonitor(sm, services); err != nil {
+			t.Errorf("ServiceMonitor %s: %v", sm.Name, err)
 		}
 	}
 	// Multus passes a CNIDeviceInfoFile only to an attachment with a
@@ -368,6 +413,60 @@ func checkDaemonSet(ds *appsv1.DaemonSet) error {
 		return err
 	}
 	return checkInstaller(ds.Spec.Template.Spec, bins)
+}
+
+// checkServiceTargets: a Service of conf/ selects the pods of a DaemonSet
+// of conf/ in its namespace, and each of its ports leads to a port one of
+// their containers declares.
+func checkServiceTargets(svc *corev1.Service, daemonSets []*appsv1.DaemonSet) error {
+	for _, ds := range daemonSets {
+		if ds.Namespace != svc.Namespace || !labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(ds.Spec.Template.Labels)) {
+			continue
+		}
+		for _, p := range svc.Spec.Ports {
+			if !declaresPort(ds.Spec.Template.Spec.Containers, p.TargetPort.String()) {
+				return fmt.Errorf("port %s targets %s, which no container of DaemonSet %s declares", p.Name, p.TargetPort.String(), ds.Name)
+			}
+		}
+		return nil
+	}
+	return fmt.Errorf("selector %v matches no DaemonSet of conf/ in namespace %s", svc.Spec.Selector, svc.Namespace)
+}
+
+func declaresPort(containers []corev1.Container, port string) bool {
+	for _, c := range containers {
+		for _, cp := range c.Ports {
+			if cp.Name == port || fmt.Sprint(cp.ContainerPort) == port {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// checkServiceMonitor: the monitor selects a Service of conf/ in a namespace
+// it watches, and scrapes ports that Service has.
+func checkServiceMonitor(sm *serviceMonitor, services []*corev1.Service) error {
+	sel, err := metav1.LabelSelectorAsSelector(&sm.Spec.Selector)
+	if err != nil {
+		return err
+	}
+	if len(sm.Spec.Endpoints) == 0 {
+		return fmt.Errorf("no endpoints")
+	}
+	for _, svc := range services {
+		watched := len(sm.Spec.NamespaceSelector.MatchNames) == 0 && svc.Namespace == sm.Namespace || slices.Contains(sm.Spec.NamespaceSelector.MatchNames, svc.Namespace)
+		if !watched || sel.Empty() || !sel.Matches(labels.Set(svc.Labels)) {
+			continue
+		}
+		for _, ep := range sm.Spec.Endpoints {
+			if !slices.ContainsFunc(svc.Spec.Ports, func(p corev1.ServicePort) bool { return p.Name == ep.Port }) {
+				return fmt.Errorf("endpoint port %q is not a port of Service %s", ep.Port, svc.Name)
+			}
+		}
+		return nil
+	}
+	return fmt.Errorf("selector %s matches no Service of conf/ it watches", sel)
 }
 
 // networksOf reads the Multus networks annotation, in either of its forms:

@@ -37,6 +37,8 @@ log "Multus e2e test binary (Multus and client-go, stripped)"
 log "bench and stress programs"
 go build -trimpath -o "$out/bin/rdma-netns-bench" ./e2e/bench
 go build -trimpath -o "$out/bin/rdma-netns-stress" ./e2e/stress
+log "exporter"
+go build -trimpath -o "$out/bin/rdma-netns-exporter" ./cmd/rdma-netns-exporter
 for f in "$@"; do
   cp "$f" "$out/"
 done

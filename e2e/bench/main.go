@@ -202,6 +202,11 @@ func run() error {
 		return err
 	}
 
+	// --- the exporter's scrape cost (exporter.go)
+	if err := exporterScrape(rep, nics); err != nil {
+		return err
+	}
+
 	pod.Destroy()
 	if missing, err := rig.WaitHome(nics, 5*time.Second); err != nil || len(missing) > 0 {
 		return fmt.Errorf("devices not home after the benchmark: %v %v", missing, err)

@@ -71,20 +71,72 @@ func portNetdevs(index uint32) ([]string, error) {
 // attrString finds one string attribute in an RDMA netlink message, whose
 // payload is a flat list of attributes.
 func attrString(msg []byte, want uint16) string {
+	return strings.TrimRight(string(attr(msg, want)), "\x00")
+}
+
+// attr finds the payload of one attribute, nil if absent.
+func attr(msg []byte, want uint16) []byte {
 	for len(msg) >= unix.SizeofNlAttr {
 		l := int(binary.NativeEndian.Uint16(msg[0:2]))
 		typ := binary.NativeEndian.Uint16(msg[2:4]) &^ (unix.NLA_F_NESTED | unix.NLA_F_NET_BYTEORDER)
 		if l < unix.SizeofNlAttr || l > len(msg) {
-			return ""
+			return nil
 		}
 		if typ == want {
-			return strings.TrimRight(string(msg[unix.SizeofNlAttr:l]), "\x00")
+			return msg[unix.SizeofNlAttr:l]
 		}
 		next := (l + unix.NLA_ALIGNTO - 1) &^ (unix.NLA_ALIGNTO - 1)
 		if next > len(msg) {
-			return ""
+			return nil
 		}
 		msg = msg[next:]
 	}
-	return ""
+	return nil
+}
+
+// PortInfo is one port of an RDMA device as RDMA netlink reports it.
+type PortInfo struct {
+	Port uint32
+	// State and PhysState are the kernel's numbers (4 ACTIVE; 5 LinkUp).
+	State, PhysState uint8
+	// Netdev is the netdev bound to the port, "" if none or if it is in
+	// another netns than the calling thread.
+	Netdev string
+}
+
+// Ports lists the ports of the device with index, as seen from the calling
+// thread's netns: the kernel pairs port and netdev itself, with or without
+// GIDs (a port whose netdev is down has none).
+func Ports(index uint32) ([]PortInfo, error) {
+	proto := nl.RDMA_NL_NLDEV<<nl.RDMA_NL_GET_CLIENT_SHIFT | rdmaNldevCmdPortGet
+	req := nl.NewNetlinkRequest(proto, unix.NLM_F_ACK|unix.NLM_F_DUMP)
+	b := make([]byte, 4)
+	nl.NativeEndian().PutUint32(b, index)
+	req.AddData(nl.NewRtAttr(nl.RDMA_NLDEV_ATTR_DEV_INDEX, b))
+	msgs, err := req.Execute(unix.NETLINK_RDMA, 0)
+	if err != nil {
+		return nil, classify(err)
+	}
+	out := make([]PortInfo, 0, len(msgs))
+	for _, m := range msgs {
+		if p := parsePort(m); p.Port > 0 {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+// parsePort reads one PORT_GET answer; Port 0 means it named no port.
+func parsePort(msg []byte) PortInfo {
+	p := PortInfo{Netdev: attrString(msg, rdmaNldevAttrNdevName)}
+	if v := attr(msg, nl.RDMA_NLDEV_ATTR_PORT_INDEX); len(v) >= 4 {
+		p.Port = binary.NativeEndian.Uint32(v)
+	}
+	if v := attr(msg, nl.RDMA_NLDEV_ATTR_PORT_STATE); len(v) >= 1 {
+		p.State = v[0]
+	}
+	if v := attr(msg, nl.RDMA_NLDEV_ATTR_PORT_PHYS_STATE); len(v) >= 1 {
+		p.PhysState = v[0]
+	}
+	return p
 }

@@ -1,0 +1,266 @@
+// Package exporter serves the RDMA counters of every device on the node in
+// the Prometheus exposition format, labelled with the pod that holds the
+// device. A device moved into a pod vanishes from the host's sysfs, so
+// node-level monitoring loses it; only the node, through rdma-netns's
+// records, knows which pod has which device.
+//
+// The collector reads at scrape time: it asks the inventory where every
+// device is, enters each network namespace once on a locked OS thread,
+// reads all of that namespace's devices there (hardware counters and
+// resource counts over RDMA netlink, port state and netdev from a sysfs
+// mounted inside it) and turns what it found into metrics. Nothing polls
+// between scrapes.
+//
+// This package links client_golang; the CNI binary must never import it
+// (every pod start would pay for its package init).
+package exporter
+
+import (
+	"log"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/rdma-netns/rdma-netns/pkg/inventory"
+	"github.com/rdma-netns/rdma-netns/pkg/state"
+)
+
+// Placement says where one RDMA device is.
+type Placement struct {
+	// Device is the device's name in the netns that holds it.
+	Device string
+	// Netns is the path that opens that netns; "" is the exporter's own
+	// (the host's).
+	Netns string
+	// Record is the attachment that holds the device, nil when none does
+	// (a device on the host, or one no record claims).
+	Record *state.Record
+}
+
+// Inventory lists where every RDMA device of the node is.
+type Inventory interface {
+	Placements() ([]Placement, error)
+}
+
+// Reader reads devices inside one network namespace.
+type Reader interface {
+	// Read returns the statistics of the named devices in the netns at
+	// nsPath ("" = the exporter's own). A device that is no longer there
+	// is left out; an error means the netns as a whole could not be read.
+	Read(nsPath string, devices []string) ([]DeviceStats, error)
+}
+
+// DeviceStats is what one read found for one device.
+type DeviceStats struct {
+	Name  string
+	Ports []PortStats
+	// Resources counts the device's objects by kind as RDMA netlink names
+	// them (qp, cq, mr, pd, cm_id, ctx, srq).
+	Resources map[string]uint64
+}
+
+// PortStats is one port of a device.
+type PortStats struct {
+	Port int
+	// Netdev is the netdev the port's GIDs belong to, "" if none.
+	Netdev string
+	// State and PhysState are the kernel's numeric port states
+	// (ib_port_state: 1 DOWN .. 4 ACTIVE; phys: 5 LinkUp), 0 if unknown.
+	State, PhysState int
+	// HWCounters are the driver's hardware counters (hw_counters).
+	HWCounters map[string]uint64
+	// Counters are the standard IB port counters (ports/N/counters), on
+	// drivers that have them.
+	Counters map[string]uint64
+}
+
+var (
+	portLabels   = []string{"device", "port", "netdev", "namespace", "pod", "host_device"}
+	deviceLabels = []string{"device", "namespace", "pod", "host_device"}
+)
+
+// Collector is a prometheus.Collector over the node's RDMA devices.
+type Collector struct {
+	inv    Inventory
+	reader Reader
+	// parallel bounds the namespaces read at once.
+	parallel int
+	// netnsExists tells a netns that vanished mid-scrape (a pod deleted:
+	// normal, skipped quietly) from one that could not be read.
+	netnsExists func(path string) bool
+	// mu serializes scrapes: two Prometheus servers scraping at once read
+	// the node one after the other instead of doubling the threads that
+	// enter namespaces.
+	mu sync.Mutex
+
+	hwCounter, portCounter, portState, physState *prometheus.Desc
+	resources, readErrors, duration, devices     *prometheus.Desc
+}
+
+// NewCollector builds a collector reading with reader the devices inv lists.
+func NewCollector(inv Inventory, reader Reader) *Collector {
+	return &Collector{
+		inv:      inv,
+		reader:   reader,
+		parallel: 4,
+		netnsExists: func(path string) bool {
+			_, err := inventory.Identify(path)
+			return err == nil
+		},
+		hwCounter: prometheus.NewDesc("rdma_port_hw_counter_total",
+			"Hardware counter of an RDMA port as its driver names it (hw_counters: iwInRdmaWrites for irdma, rx_write_requests for mlx5, sent_pkts for rxe).",
+			append(portLabels[:len(portLabels):len(portLabels)], "counter"), nil),
+		portCounter: prometheus.NewDesc("rdma_port_counter_total",
+			"Standard port counter of an RDMA port (ports/N/counters; port_xmit_data and port_rcv_data count 4-byte words).",
+			append(portLabels[:len(portLabels):len(portLabels)], "counter"), nil),
+		portState: prometheus.NewDesc("rdma_port_state",
+			"Logical state of an RDMA port: 1 DOWN, 2 INIT, 3 ARMED, 4 ACTIVE, 5 ACTIVE_DEFER.",
+			portLabels, nil),
+		physState: prometheus.NewDesc("rdma_port_phys_state",
+			"Physical state of an RDMA port: 2 Polling, 3 Disabled, 5 LinkUp, 6 LinkErrorRecovery.",
+			portLabels, nil),
+		resources: prometheus.NewDesc("rdma_device_resources",
+			"RDMA objects in use on a device, by kind (qp, cq, mr, pd, cm_id, ctx, srq).",
+			append(deviceLabels[:len(deviceLabels):len(deviceLabels)], "resource"), nil),
+		devices: prometheus.NewDesc("rdma_exporter_devices",
+			"RDMA devices read in this scrape.", nil, nil),
+		readErrors: prometheus.NewDesc("rdma_exporter_read_errors",
+			"Network namespaces that exist but could not be read in this scrape, plus 1 when the inventory or the records could not be read; their devices are missing from it (a pod that went away mid-scrape is not an error).", nil, nil),
+		duration: prometheus.NewDesc("rdma_exporter_scrape_duration_seconds",
+			"Time this scrape took to find and read every RDMA device.", nil, nil),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.hwCounter, c.portCounter, c.portState, c.physState, c.resources, c.devices, c.readErrors, c.duration} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector. Whatever cannot be read is left
+// out and counted in rdma_exporter_read_errors; a scrape never fails.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	start := time.Now()
+	errs, n := 0, 0
+	placements, err := c.inv.Placements()
+	if err != nil {
+		log.Printf("rdma-netns-exporter: listing RDMA devices: %v", err)
+		errs++
+	}
+	for _, res := range c.readAll(placements) {
+		if res.err != nil && res.netns != "" && !c.netnsExists(res.netns) {
+			continue // the pod went away since the inventory listed it
+		}
+		if res.err != nil {
+			log.Printf("rdma-netns-exporter: reading netns %s: %v", res.netns, res.err)
+			errs++
+			continue
+		}
+		for _, d := range res.stats {
+			p, ok := res.byName[d.Name]
+			if !ok {
+				continue
+			}
+			n++
+			c.emit(ch, labelsOf(p), d)
+		}
+	}
+	ch <- prometheus.MustNewConstMetric(c.devices, prometheus.GaugeValue, float64(n))
+	ch <- prometheus.MustNewConstMetric(c.readErrors, prometheus.GaugeValue, float64(errs))
+	ch <- prometheus.MustNewConstMetric(c.duration, prometheus.GaugeValue, time.Since(start).Seconds())
+}
+
+type nsResult struct {
+	netns  string
+	byName map[string]Placement
+	stats  []DeviceStats
+	err    error
+}
+
+// readAll reads every netns once, at most c.parallel at a time.
+func (c *Collector) readAll(placements []Placement) []*nsResult {
+	groups := map[string]*nsResult{}
+	var order []string
+	for _, p := range placements {
+		g, ok := groups[p.Netns]
+		if !ok {
+			g = &nsResult{netns: p.Netns, byName: map[string]Placement{}}
+			groups[p.Netns] = g
+			order = append(order, p.Netns)
+		}
+		g.byName[p.Device] = p
+	}
+	sort.Strings(order)
+	results := make([]*nsResult, len(order))
+	sem := make(chan struct{}, max(c.parallel, 1))
+	var wg sync.WaitGroup
+	for i, nsPath := range order {
+		g := groups[nsPath]
+		results[i] = g
+		names := make([]string, 0, len(g.byName))
+		for name := range g.byName {
+			names = append(names, name)
+		}
+		sort.Strings(names)
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			g.stats, g.err = c.reader.Read(nsPath, names)
+		}()
+	}
+	wg.Wait()
+	return results
+}
+
+// labels are the identity of a device in every metric.
+type labels struct{ device, namespace, pod, hostDevice string }
+
+// labelsOf names a device after the pod whose record holds it. The host
+// name stays in host_device, so a device renamed in the pod (rdmaDevName)
+// can be followed across its moves.
+func labelsOf(p Placement) labels {
+	l := labels{device: p.Device, hostDevice: p.Device}
+	if r := p.Record; r != nil {
+		l.namespace, l.pod = r.K8sNamespace, r.K8sPod
+		l.hostDevice = r.Device
+	}
+	return l
+}
+
+func (c *Collector) emit(ch chan<- prometheus.Metric, l labels, d DeviceStats) {
+	for _, kind := range sortedKeys(d.Resources) {
+		ch <- prometheus.MustNewConstMetric(c.resources, prometheus.GaugeValue, float64(d.Resources[kind]),
+			l.device, l.namespace, l.pod, l.hostDevice, kind)
+	}
+	for _, p := range d.Ports {
+		pl := []string{l.device, strconv.Itoa(p.Port), p.Netdev, l.namespace, l.pod, l.hostDevice}
+		if p.State > 0 {
+			ch <- prometheus.MustNewConstMetric(c.portState, prometheus.GaugeValue, float64(p.State), pl...)
+		}
+		if p.PhysState > 0 {
+			ch <- prometheus.MustNewConstMetric(c.physState, prometheus.GaugeValue, float64(p.PhysState), pl...)
+		}
+		for _, name := range sortedKeys(p.HWCounters) {
+			ch <- prometheus.MustNewConstMetric(c.hwCounter, prometheus.CounterValue, float64(p.HWCounters[name]), append(pl, name)...)
+		}
+		for _, name := range sortedKeys(p.Counters) {
+			ch <- prometheus.MustNewConstMetric(c.portCounter, prometheus.CounterValue, float64(p.Counters[name]), append(pl, name)...)
+		}
+	}
+}
+
+func sortedKeys(m map[string]uint64) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
