@@ -253,10 +253,7 @@ func Node(e *Env) *Report {
 // lostNameFindings reports host devices that a DEL without a record
 // returned under their pod-side name.
 func lostNameFindings(r *Report, e *Env, devs []Device) {
-	if _, err := os.Stat(e.StateDir); err != nil {
-		return
-	}
-	st, err := state.New(e.StateDir)
+	st, err := state.Open(e.StateDir)
 	if err != nil {
 		return
 	}
@@ -281,10 +278,10 @@ func namesOnly(names []string) []Device {
 // rdma-netns never ran has no directory, and the doctor changes nothing.
 // damaged lists unreadable record files, moved aside or not yet.
 func (e *Env) records() (recs []*state.Record, damaged []string, err error) {
-	if _, err := os.Stat(e.StateDir); errors.Is(err, fs.ErrNotExist) {
+	st, err := state.Open(e.StateDir)
+	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil, nil
 	}
-	st, err := state.New(e.StateDir)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -298,7 +295,7 @@ func (e *Env) records() (recs []*state.Record, damaged []string, err error) {
 }
 
 func (e *Env) recordFile(k state.Key) string {
-	st, err := state.New(e.StateDir)
+	st, err := state.Open(e.StateDir)
 	if err != nil {
 		return e.StateDir
 	}

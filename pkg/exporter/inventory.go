@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 
 	"github.com/rdma-netns/rdma-netns/pkg/inventory"
 	"github.com/rdma-netns/rdma-netns/pkg/rdmans"
@@ -52,10 +51,10 @@ func (n NodeInventory) Placements() ([]Placement, error) {
 // readRecords lists the records without creating the state directory: a
 // node where no pod was attached yet has none.
 func readRecords(dir string) ([]*state.Record, error) {
-	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+	st, err := state.Open(dir)
+	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
-	st, err := state.New(dir)
 	if err != nil {
 		return nil, err
 	}

@@ -42,6 +42,8 @@ const (
 // sequences need Lock.
 type Store struct {
 	dir string
+	// readOnly stores (Open) leave the directory exactly as they found it.
+	readOnly bool
 }
 
 // New opens the state directory, creating it (and parents) if needed. An
@@ -71,6 +73,28 @@ func New(dir string) (*Store, error) {
 		}
 	}
 	return &Store{dir: dir}, nil
+}
+
+// Open opens an existing state directory for reading only: it neither
+// creates the directory nor changes its mode, and List leaves temp files
+// alone, so readers (the doctor, the exporter on a read-only mount) change
+// nothing on the node. A missing directory is an fs.ErrNotExist error.
+func Open(dir string) (*Store, error) {
+	if dir == "" {
+		dir = DefaultDir
+	}
+	if !filepath.IsAbs(dir) {
+		return nil, fmt.Errorf("rdma-netns state directory %q must be an absolute path", dir)
+	}
+	dir = filepath.Clean(dir)
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return nil, err
+	}
+	if !fi.IsDir() {
+		return nil, fmt.Errorf("rdma-netns state directory %s exists but is not a directory", dir)
+	}
+	return &Store{dir: dir, readOnly: true}, nil
 }
 
 // Dir returns the absolute, cleaned state directory.
@@ -237,7 +261,9 @@ func (s *Store) List() ([]*Record, error) {
 	for _, e := range entries {
 		name := e.Name()
 		if strings.HasPrefix(name, tempPrefix) {
-			s.removeIfStale(name)
+			if !s.readOnly {
+				s.removeIfStale(name)
+			}
 			continue
 		}
 		if !isRecordFileName(name) {

@@ -3,6 +3,7 @@ package state
 import (
 	"context"
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -431,4 +432,48 @@ func increment(s *Store, k Key) (err error) {
 	time.Sleep(100 * time.Microsecond)
 	r.Rule = strconv.Itoa(n + 1)
 	return s.Put(r)
+}
+
+// Readers open the directory as it is: a 0755 directory created by
+// kubelet, on a read-only mount, is not chmod'ed, and a missing one is
+// not created.
+func TestOpenChangesNothing(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "state")
+	if _, err := Open(dir); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("Open of a missing directory = %v, want ErrNotExist", err)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatal("Open created the directory")
+	}
+	w, err := New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := testRecord("net", "cid", "net1", "mlx5_0")
+	if err := w.Put(r); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	old := filepath.Join(dir, tempPrefix+"left")
+	if err := os.WriteFile(old, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	past := time.Now().Add(-time.Hour)
+	os.Chtimes(old, past, past)
+	st, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, err := st.List()
+	if err != nil || len(recs) != 1 {
+		t.Fatalf("List = %v, %v", recs, err)
+	}
+	if fi, _ := os.Stat(dir); fi.Mode().Perm() != 0o755 {
+		t.Errorf("Open changed the mode to %o", fi.Mode().Perm())
+	}
+	if _, err := os.Stat(old); err != nil {
+		t.Error("a read-only List removed a temp file")
+	}
 }
