@@ -90,6 +90,9 @@ func checkInstaller(spec corev1.PodSpec, bins []string) error {
 	if installs == 0 {
 		return errors.New("no init container runs /rdma-netns install")
 	}
+	if len(spec.Containers) == 0 {
+		return errors.New("no container keeps the pod running (the exporter, or /rdma-netns install --then-wait)")
+	}
 	return nil
 }
 
@@ -188,8 +191,9 @@ func TestInstallerRejects(t *testing.T) {
 			s.InitContainers[0].Command = append(s.InitContainers[0].Command, "--then-wait")
 		}, "never starts"},
 		{"main container exits", func(s *corev1.PodSpec) {
-			s.Containers[0].Command = s.Containers[0].Command[:len(s.Containers[0].Command)-1]
+			s.Containers[0].Command = []string{"/rdma-netns", "install", "--dest", "/host/opt/cni/bin"}
 		}, "restarts it forever"},
+		{"nothing keeps running", func(s *corev1.PodSpec) { s.Containers = nil }, "keeps the pod running"},
 		{"second image", func(s *corev1.PodSpec) { s.Containers[0].Image = "registry.k8s.io/pause:3.10" }, "one image"},
 		{"not root", func(s *corev1.PodSpec) { uid := int64(1000); s.InitContainers[0].SecurityContext.RunAsUser = &uid }, "uid 0"},
 		{"a capability", func(s *corev1.PodSpec) {
