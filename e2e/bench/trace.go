@@ -71,7 +71,11 @@ func trace(c rig.Call) (syscallCounts, rig.Run, error) {
 	in.Write(c.Stdin)
 	in.Seek(0, 0)
 
-	cmd := exec.Command(rig.Plugin)
+	bin := c.Bin
+	if bin == "" {
+		bin = rig.Plugin
+	}
+	cmd := exec.Command(bin)
 	cmd.Env = callEnv(c)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = in, out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Ptrace: true}
