@@ -22,6 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rdma-netns/rdma-netns/pkg/doctor"
+	"github.com/rdma-netns/rdma-netns/pkg/inventory"
 )
 
 // doctorHelperEnv makes the e2e binary a pod's workload: "low" runs with a
@@ -197,7 +198,8 @@ func deviceIn(t *testing.T, devs []doctor.Device, name string) doctor.Device {
 }
 
 // A pod whose workload has the container defaults (tiny memlock limit, no
-// CAP_IPC_LOCK, 64MiB /dev/shm) gets both warnings, with the fixes.
+// CAP_IPC_LOCK, 64MiB /dev/shm) fails on memlock (registration cannot
+// work) and is warned about /dev/shm, with the fixes; exit status 1.
 func TestDoctorPodLowLimits(t *testing.T) {
 	requireMode(t, "exclusive")
 	n := nicBy(t, "pf")
@@ -210,10 +212,10 @@ func TestDoctorPodLowLimits(t *testing.T) {
 
 	for _, args := range [][]string{{"--netns", p.path()}, {"--pid", strconv.Itoa(pid)}} {
 		r, code := runDoctor(t, args...)
-		if code != 0 {
-			t.Fatalf("exit %d with warnings only; findings:\n%s", code, dumpFindings(r))
+		if code != 1 {
+			t.Fatalf("exit %d, want 1 for a pod that cannot register memory; findings:\n%s", code, dumpFindings(r))
 		}
-		f := wantFinding(t, r, doctor.Warn, "memlock", subj, "64KiB", "no CAP_IPC_LOCK", "ibv_reg_mr failed")
+		f := wantFinding(t, r, doctor.Fail, "memlock", subj, "64KiB", "no CAP_IPC_LOCK", "ibv_reg_mr failed")
 		if !strings.Contains(f.Remedy, "IPC_LOCK") || !strings.Contains(f.Remedy, "memlock=-1") {
 			t.Errorf("memlock remedy %q lacks the fixes", f.Remedy)
 		}
@@ -330,10 +332,10 @@ func TestDoctorNodeAfterAdd(t *testing.T) {
 // sameNetns reports whether two paths open the same network namespace
 // (/run/netns and /var/run/netns are one directory in the VM).
 func sameNetns(a, b string) bool {
-	ia, err := doctor.NetnsOf(a)
+	ia, err := inventory.Stat(a)
 	if err != nil {
 		return false
 	}
-	ib, err := doctor.NetnsOf(b)
+	ib, err := inventory.Stat(b)
 	return err == nil && ia == ib
 }

@@ -1,7 +1,6 @@
 package plugin
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -11,6 +10,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 
 	"github.com/rdma-netns/rdma-netns/pkg/deviceinfo"
+	"github.com/rdma-netns/rdma-netns/pkg/inventory"
 	"github.com/rdma-netns/rdma-netns/pkg/state"
 )
 
@@ -61,34 +61,50 @@ func (c *call) add() error {
 	}
 	defer unlock()
 
-	done, err := c.resume()
-	if err != nil || done {
-		return err
-	}
-	dev, err := c.resolve()
+	recs, err := c.loadRecords()
 	if err != nil {
 		return err
 	}
-	if owner, err := c.store.Owner(dev.Name); err == nil && owner.Key != c.key() {
-		return fmt.Errorf("RDMA device %s is already attached to %s (netns %s); nothing was changed. Give this pod another device or remove the other attachment first", dev.Name, owner.Key, owner.Netns)
-	} else if err != nil && !errors.Is(err, state.ErrNotFound) {
-		return fmt.Errorf("cannot check who owns RDMA device %s: %v", dev.Name, err)
+	done, err := c.resume(recs)
+	if err != nil || done {
+		return err
 	}
+	if recs, err = c.reconcile(recs); err != nil {
+		return err
+	}
+	dev, err := c.resolve(recs)
+	if err != nil {
+		if adopted, aerr := c.adopt(recs); aerr != nil || adopted {
+			return aerr
+		}
+		return err
+	}
+	// resolve only picks devices the host can see, and a device the host
+	// can see is held by no pod: records never stand in the way here.
 	if podName.Value != "" && podName.Value != dev.Name {
-		if err := c.nameFree(podName.Value); err != nil {
+		if err := c.nameFree(recs, podName.Value); err != nil {
 			return err
 		}
+	}
+	netnsID, err := inventory.Identify(c.args.Netns)
+	if err != nil {
+		return types.NewError(types.ErrInvalidNetNS, fmt.Sprintf("cannot identify pod netns %q: %v", c.args.Netns, err), "")
 	}
 
 	rec := &state.Record{
 		Key:        c.key(),
 		Netns:      c.args.Netns,
+		NetnsDev:   netnsID.Dev,
+		NetnsIno:   netnsID.Ino,
 		Device:     dev.Name,
 		DevPath:    dev.DevPath,
 		PCIAddress: dev.PCIAddress,
 		Rule:       dev.Rule,
 		State:      state.StateMoving,
 		Created:    time.Now().UTC(),
+
+		K8sNamespace: c.conf.Pod.Namespace,
+		K8sPod:       c.conf.Pod.Name,
 	}
 	if podName.Value != dev.Name {
 		rec.PodName = podName.Value
@@ -160,19 +176,20 @@ func (c *call) attach(rec *state.Record) error {
 
 // resume handles a repeated ADD: when this attachment's device is already in
 // this pod there is nothing to move. A record left by an interrupted ADD
-// whose device never left the host is dropped so the ADD starts afresh.
-func (c *call) resume() (bool, error) {
-	rec, err := c.store.Get(c.key())
-	switch {
-	case errors.Is(err, state.ErrNotFound):
-		return false, nil
-	case errors.Is(err, state.ErrCorrupt):
-		c.log.Warnf("dropping unreadable record of this attachment: %v", err)
-		return false, c.store.Delete(c.key())
-	case err != nil:
-		return false, err
+// whose device never left the host, or by an earlier sandbox that had the
+// same ID (its netns is not this one), is dropped so the ADD starts afresh.
+func (c *call) resume(recs []*state.Record) (bool, error) {
+	var rec *state.Record
+	for _, r := range recs {
+		if r.Key == c.key() {
+			rec = r
+		}
 	}
-	if rec.Netns == c.args.Netns {
+	if rec == nil {
+		return false, nil
+	}
+	thisPod := rec.Netns == c.args.Netns && sameNetns(rec)
+	if thisPod {
 		in, err := c.p.Kernel.InNetns(c.args.Netns, rec.InPod())
 		if err != nil {
 			return false, err
@@ -193,11 +210,10 @@ func (c *call) resume() (bool, error) {
 			return true, c.printResult()
 		}
 	}
-	// The device is not in this pod: an interrupted ADD, or a record for a
-	// previous sandbox with the same ID. An ADD killed between the move and
-	// the rename left it in this pod under its host name: take it back so
-	// this ADD starts afresh. Put a renamed device's name back.
-	if rec.PodName != "" && rec.Netns == c.args.Netns {
+	// An ADD killed between the move and the rename left the device in this
+	// pod under its host name: take it back so this ADD starts afresh. Put
+	// a renamed device's name back.
+	if rec.PodName != "" && thisPod {
 		if in, err := c.p.Kernel.InNetns(c.args.Netns, rec.Device); err != nil {
 			return false, err
 		} else if in {
@@ -213,14 +229,61 @@ func (c *call) resume() (bool, error) {
 			}
 		}
 	}
+	c.hostDevs = nil
 	c.log.Infof("dropping stale record of %s (device %s, netns %s)", rec.Key, rec.Device, rec.Netns)
 	return false, c.store.Delete(c.key())
+}
+
+// adopt handles a repeated ADD whose record was lost (state directory
+// wiped, record damaged) while the device stayed in the pod: the host no
+// longer sees it, but the kernel still binds its port to the pod's netdev.
+// Nothing needs to move; the record is written again so DEL can undo the
+// attachment. A device renamed in the pod keeps its name: its host name is
+// known to no one any more.
+func (c *call) adopt(recs []*state.Record) (bool, error) {
+	ifName, err := podNetdev(c.conf.Result, c.args.IfName)
+	if err != nil {
+		return false, nil
+	}
+	dev, err := c.p.Kernel.DeviceOfNetdev(c.args.Netns, ifName)
+	if err != nil || dev == "" || liveClaim(recs, c.key(), dev) != nil {
+		return false, nil
+	}
+	id, err := inventory.Identify(c.args.Netns)
+	if err != nil {
+		return false, nil
+	}
+	rec := &state.Record{
+		Key: c.key(), Netns: c.args.Netns, NetnsDev: id.Dev, NetnsIno: id.Ino,
+		Device: dev, Rule: "already in the pod, bound to netdev " + ifName, State: state.StateAttached,
+		K8sNamespace: c.conf.Pod.Namespace, K8sPod: c.conf.Pod.Name,
+	}
+	if q := c.qos(); q != nil {
+		if err := c.p.Kernel.ApplyQoS(c.args.Netns, dev, *q); err != nil {
+			return true, fmt.Errorf("cannot apply rdmaQoS to RDMA device %s: %v", dev, err)
+		}
+		rec.QoS = true
+	}
+	if err := c.store.Put(rec); err != nil {
+		return true, fmt.Errorf("cannot record the attachment of RDMA device %s: %v", dev, err)
+	}
+	if dev == c.conf.PodDevName().Value {
+		c.log.Warnf("RDMA device %s is already in this pod but its attachment record was lost: DEL returns it under this name, its host name being unknown", dev)
+	} else {
+		c.log.Infof("RDMA device %s is already in this pod (bound to %s) but its attachment record was lost; recorded it again", dev, ifName)
+	}
+	if path := c.conf.RuntimeConfig.CNIDeviceInfoFile; path != "" {
+		if err := deviceinfo.Write(path, "", dev); err != nil {
+			return true, err
+		}
+	}
+	return true, c.printResult()
 }
 
 // nameFree refuses a pod-side name that another device already has: RDMA
 // device names are unique across all namespaces, so the rename would fail
 // only after the device had moved.
-func (c *call) nameFree(name string) error {
+func (c *call) nameFree(recs []*state.Record, name string) error {
 	in, err := c.p.Kernel.InHost(name)
 	if err != nil {
 		return err
@@ -228,7 +291,7 @@ func (c *call) nameFree(name string) error {
 	if in {
 		return fmt.Errorf("cannot name the RDMA device %s inside the pod: the host already has a device of that name; choose another rdmaDevName", name)
 	}
-	if owner, err := c.store.Owner(name); err == nil && owner.Key != c.key() {
+	if owner := liveClaim(recs, c.key(), name); owner != nil {
 		return fmt.Errorf("cannot name the RDMA device %s inside the pod: %s already uses that name; choose another rdmaDevName", name, owner.Key)
 	}
 	return nil

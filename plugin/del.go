@@ -8,6 +8,7 @@ import (
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 
+	"github.com/rdma-netns/rdma-netns/pkg/rdmans"
 	"github.com/rdma-netns/rdma-netns/pkg/state"
 )
 
@@ -37,15 +38,13 @@ func (c *call) del() error {
 	defer unlock()
 
 	rec, err := c.store.Get(c.key())
+	var corrupt *state.CorruptError
 	switch {
 	case errors.Is(err, state.ErrNotFound):
-		c.log.Debugf("no attachment recorded; nothing to do")
-		return nil
-	case errors.Is(err, state.ErrCorrupt):
-		// The device cannot be named, but the kernel hands it back to the
-		// host when the pod netns goes away; DEL must not wedge the pod.
-		c.log.Errorf("removing unreadable attachment record: %v; its RDMA device returns to the host when the pod netns is destroyed", err)
-		return c.store.Delete(c.key())
+		return c.releaseUnrecorded()
+	case errors.As(err, &corrupt):
+		c.quarantine(corrupt.Path)
+		return c.releaseUnrecorded()
 	case err != nil:
 		return err
 	}
@@ -56,11 +55,54 @@ func (c *call) del() error {
 	return c.store.Delete(rec.Key)
 }
 
+// releaseUnrecorded is DEL without a usable record (the state directory
+// was wiped, or the record damaged): the kernel still knows which RDMA
+// device in the pod serves CNI_IFNAME, so that one goes back. Its host
+// name is lost if it was renamed in the pod; it returns under the pod-side
+// name and the log says so.
+func (c *call) releaseUnrecorded() error {
+	if netnsGone(c.args.Netns) {
+		c.log.Debugf("no attachment recorded and no pod netns; nothing to do")
+		return nil
+	}
+	if mode, err := c.p.Kernel.NetnsMode(); err != nil || mode != rdmans.ModeExclusive {
+		// Without RDMA, or in shared mode, nothing can have been moved.
+		return nil
+	}
+	dev, err := c.p.Kernel.DeviceOfNetdev(c.args.Netns, c.args.IfName)
+	if err != nil {
+		return fmt.Errorf("no attachment record, and cannot look for the RDMA device of %s in netns %s: %v; retry DEL", c.args.IfName, c.args.Netns, err)
+	}
+	if dev == "" {
+		c.log.Debugf("no attachment recorded and no RDMA device of %s in the pod; nothing to do", c.args.IfName)
+		return nil
+	}
+	recs, err := c.loadRecords()
+	if err != nil {
+		return err
+	}
+	if owner := liveClaim(recs, c.key(), dev); owner != nil && owner.Netns == c.args.Netns {
+		c.log.Infof("RDMA device %s of %s in the pod belongs to %s; leaving it", dev, c.args.IfName, owner.Key)
+		return nil
+	}
+	if err := c.p.Kernel.MoveToHost(dev, c.args.Netns); err != nil {
+		return fmt.Errorf("no attachment record; RDMA device %s serves %s in the pod but cannot be returned: %v; retry DEL", dev, c.args.IfName, err)
+	}
+	if podName := c.conf.PodDevName().Value; podName != "" && podName == dev {
+		c.log.Warnf("returned RDMA device %s (the port of %s) to the host without an attachment record: it was renamed in the pod and its host name is unknown, so it keeps the name %s; rename it with `rdma dev set %s name <host name>`", dev, c.args.IfName, dev, dev)
+		return nil
+	}
+	c.log.Infof("returned RDMA device %s (the port of %s) to the host; there was no usable attachment record", dev, c.args.IfName)
+	return nil
+}
+
 // release brings a recorded device back to the host under its host name,
 // wherever it is now. It errors only when the device is in the pod and could
 // not be moved, so the record is kept for a retry.
 func (c *call) release(rec *state.Record, netnsPath string) error {
-	if netnsGone(netnsPath) {
+	if netnsGone(netnsPath) || (netnsPath == rec.Netns && !sameNetns(rec)) {
+		// A path that now opens another netns is not the pod's: its
+		// devices are someone else's, and ours went home with the pod.
 		c.log.Infof("pod netns %q is gone; the kernel has returned RDMA device %s to the host", netnsPath, rec.Device)
 		c.awaitReturn(rec)
 		return c.restoreHostName(rec)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
 	"sync"
 	"testing"
@@ -35,6 +36,14 @@ type fakeKernel struct {
 
 	qos map[string]roceqos.Settings // device name -> applied settings
 
+	// ports maps a device to the netdev its port is bound to, as RDMA
+	// netlink reports it; devices without an entry report "net1".
+	ports map[string]string
+	// tree and sysParent keep the fake sysfs truthful: a device is listed
+	// in class/infiniband only while it is in the host netns.
+	tree      *sysfstest.Tree
+	sysParent map[string]string
+
 	// Failure and side-effect injection.
 	failQoS     error
 	failMoveIn  error
@@ -43,7 +52,8 @@ type fakeKernel struct {
 }
 
 func newFakeKernel(devs ...string) *fakeKernel {
-	k := &fakeKernel{mode: rdmans.ModeExclusive, where: map[string]string{}, parents: map[string][2]string{}, qos: map[string]roceqos.Settings{}}
+	k := &fakeKernel{mode: rdmans.ModeExclusive, where: map[string]string{}, parents: map[string][2]string{}, qos: map[string]roceqos.Settings{},
+		ports: map[string]string{}, sysParent: map[string]string{}}
 	for _, d := range devs {
 		k.where[d] = ""
 	}
@@ -85,6 +95,7 @@ func (k *fakeKernel) MoveToNetns(dev, nsPath string) error {
 	k.where[dev] = nsPath
 	delete(k.qos, dev)
 	k.moves++
+	k.sync()
 	hook := k.afterMoveIn
 	k.mu.Unlock()
 	if hook != nil {
@@ -107,6 +118,7 @@ func (k *fakeKernel) MoveToHost(dev, nsPath string) error {
 	}
 	k.where[dev] = ""
 	k.moves++
+	k.sync()
 	return nil
 }
 
@@ -122,7 +134,56 @@ func (k *fakeKernel) Rename(nsPath, from, to string) error {
 	}
 	delete(k.where, from)
 	k.where[to] = where
+	if p, ok := k.sysParent[from]; ok {
+		if k.tree != nil && where == "" {
+			k.tree.Remove("infiniband", from)
+		}
+		delete(k.sysParent, from)
+		k.sysParent[to] = p
+	}
+	if p, ok := k.ports[from]; ok {
+		delete(k.ports, from)
+		k.ports[to] = p
+	}
+	k.sync()
 	return nil
+}
+
+func (k *fakeKernel) DeviceOfNetdev(nsPath, ifName string) (string, error) {
+	if err := checkNetns(nsPath); err != nil {
+		return "", err
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for dev, where := range k.where {
+		port, ok := k.ports[dev]
+		if !ok {
+			port = "net1"
+		}
+		if where == nsPath && port == ifName {
+			return dev, nil
+		}
+	}
+	return "", nil
+}
+
+// sync lists in the fake sysfs exactly the devices in the host netns, as
+// the kernel's netns-tagged class directory does. Called with mu held.
+func (k *fakeKernel) sync() {
+	if k.tree == nil {
+		return
+	}
+	for dev, parent := range k.sysParent {
+		where, known := k.where[dev]
+		_, err := os.Lstat(filepath.Join(k.tree.Root, "class", "infiniband", dev))
+		listed := err == nil
+		switch {
+		case known && where == "" && !listed:
+			k.tree.RDMA(parent, dev)
+		case (!known || where != "") && listed:
+			k.tree.Remove("infiniband", dev)
+		}
+	}
 }
 
 func (k *fakeKernel) NetdevParent(nsPath, ifName string) (string, string, error) {
@@ -182,6 +243,7 @@ func (k *fakeKernel) destroy(nsPath string) {
 			k.where[d] = ""
 		}
 	}
+	k.sync()
 }
 
 func (k *fakeKernel) location(dev string) string {
@@ -287,10 +349,15 @@ func newEnv(t *testing.T) *env {
 	tr.Netdev(iceFn, "ens192")
 	tr.RDMA(iceFn, "rocep71s0f0")
 
+	k := newFakeKernel("rxe1", "rxe2", "mlx5_0", "mlx5_2", "rocep71s0f0")
+	k.tree = tr
+	for dev, parent := range map[string]string{"rxe1": vFn1, "rxe2": vChild2, "mlx5_0": mlxPF, "mlx5_2": mlxSF, "rocep71s0f0": iceFn} {
+		k.sysParent[dev] = parent
+	}
 	e := &env{
 		t:        t,
 		tree:     tr,
-		kernel:   newFakeKernel("rxe1", "rxe2", "mlx5_0", "mlx5_2", "rocep71s0f0"),
+		kernel:   k,
 		stateDir: t.TempDir() + "/state",
 		log:      &logBuffer{},
 	}

@@ -33,6 +33,9 @@ type Kernel interface {
 	InNetns(nsPath, dev string) (bool, error)
 	MoveToNetns(dev, nsPath string) error
 	MoveToHost(dev, nsPath string) error
+	// DeviceOfNetdev names the RDMA device in the netns at nsPath whose
+	// port is bound to netdev ifName, "" if none.
+	DeviceOfNetdev(nsPath, ifName string) (string, error)
 	Rename(nsPath, from, to string) error
 	NetdevParent(nsPath, ifName string) (bus, name string, err error)
 	ApplyQoS(nsPath, dev string, s roceqos.Settings) error
@@ -82,6 +85,9 @@ type call struct {
 	conf  *config.NetConf
 	log   *logging.Logger
 	store *state.Store
+	// hostDevs caches the host's RDMA devices for this call; nil until
+	// read, and reset when the call renames a device in the host.
+	hostDevs []rdmadev.Device
 }
 
 func (p *Plugin) newCall(args *skel.CmdArgs) (*call, error) {

@@ -21,16 +21,16 @@ type target struct {
 // resolve picks the RDMA device to move. First match wins: a device the
 // operator named, a device ID from Multus or a device plugin, then the
 // device tree around the pod's netdev.
-func (c *call) resolve() (target, error) {
+func (c *call) resolve(recs []*state.Record) (target, error) {
 	if src := c.conf.ExplicitDevice(); src.Value != "" {
-		return c.byName(src.Value, src.From)
+		return c.byName(recs, src.Value, src.From)
 	}
 	if src := c.conf.DeviceIDSource(); src.Value != "" {
 		path, err := c.p.Sysfs.PathForDeviceID(src.Value)
 		if err != nil {
 			return target{}, fmt.Errorf("%s %q: %v", src.From, src.Value, err)
 		}
-		return c.nearest(fmt.Sprintf("%s %s", src.From, src.Value), path)
+		return c.nearest(recs, fmt.Sprintf("%s %s", src.From, src.Value), path)
 	}
 	ifName, err := podNetdev(c.conf.Result, c.args.IfName)
 	if err != nil {
@@ -47,11 +47,11 @@ func (c *call) resolve() (target, error) {
 	if err != nil {
 		return target{}, fmt.Errorf("netdev %s: cannot find its parent device %s/%s in sysfs: %v", ifName, bus, parent, err)
 	}
-	return c.nearest(fmt.Sprintf("netdev %s (parent %s/%s)", ifName, bus, parent), path)
+	return c.nearest(recs, fmt.Sprintf("netdev %s (parent %s/%s)", ifName, bus, parent), path)
 }
 
-func (c *call) byName(name, from string) (target, error) {
-	devs, err := c.p.Sysfs.Devices()
+func (c *call) byName(recs []*state.Record, name, from string) (target, error) {
+	devs, err := c.hostDevices()
 	if err != nil {
 		return target{}, err
 	}
@@ -61,7 +61,7 @@ func (c *call) byName(name, from string) (target, error) {
 		}
 	}
 	// Not visible in the host: say who has it when we know.
-	if owner, err := c.store.Owner(name); err == nil && owner.Key != c.key() {
+	if owner := liveClaim(recs, c.key(), name); owner != nil {
 		return target{}, fmt.Errorf("RDMA device %s (from %s) is attached to %s (netns %s); nothing was changed", name, from, owner.Key, owner.Netns)
 	}
 	in, err := c.p.Kernel.InHost(name)
@@ -77,8 +77,8 @@ func (c *call) byName(name, from string) (target, error) {
 }
 
 // nearest picks the host RDMA device closest to the device at path.
-func (c *call) nearest(what, path string) (target, error) {
-	devs, err := c.p.Sysfs.Devices()
+func (c *call) nearest(recs []*state.Record, what, path string) (target, error) {
+	devs, err := c.hostDevices()
 	if err != nil {
 		return target{}, err
 	}
@@ -88,7 +88,7 @@ func (c *call) nearest(what, path string) (target, error) {
 		m := matches[0]
 		return c.found(target{m.Device, fmt.Sprintf("%s: %s", what, m.Relation)}), nil
 	case 0:
-		if owner := c.ownerOf(path, c.p.Sysfs.PCIAddressOf(path)); owner != nil {
+		if owner := ownerOf(recs, c.key(), path, c.p.Sysfs.PCIAddressOf(path)); owner != nil {
 			return target{}, fmt.Errorf("the RDMA device of %s is attached to %s (device %s, netns %s); nothing was changed", what, owner.Key, owner.Device, owner.Netns)
 		}
 		return target{}, rdmadev.NoMatch(what, path, devs)
@@ -102,15 +102,12 @@ func (c *call) found(t target) target {
 	return t
 }
 
-// ownerOf finds a record of another attachment whose device sat where this
-// one would: its device has left the host, so sysfs no longer shows it.
-func (c *call) ownerOf(path, pci string) *state.Record {
-	recs, err := c.store.List()
-	if err != nil {
-		c.log.Warnf("reading attachment records: %v", err)
-	}
+// ownerOf finds the live record of another attachment whose device sat
+// where this one would: its device has left the host, so sysfs no longer
+// shows it.
+func ownerOf(recs []*state.Record, self state.Key, path, pci string) *state.Record {
 	for _, r := range recs {
-		if r.Key == c.key() {
+		if r.Key == self || !sameNetns(r) {
 			continue
 		}
 		if r.DevPath != "" && (r.DevPath == path || (pci != "" && r.PCIAddress == pci && strings.HasPrefix(path, r.DevPath+"/"))) {

@@ -48,9 +48,9 @@ func (c *call) gc() error {
 	}
 	defer unlock()
 
-	recs, listErr := c.store.List()
-	if listErr != nil {
-		c.log.Warnf("GC: %v", listErr)
+	recs, err := c.loadRecords()
+	if err != nil {
+		return err
 	}
 	var errs []error
 	for _, rec := range recs {

@@ -244,8 +244,9 @@ func killRounds(nics []rig.NIC, rng *rand.Rand) {
 }
 
 // corruptState replaces an attachment's record with garbage, then checks
-// that DEL still succeeds (the device comes home with the pod netns), what
-// a second pod's ADD does meanwhile, and that nothing leaks.
+// that it blocks nobody: another pod's ADD succeeds (the file is moved
+// aside to damaged/), a retried ADD of the attachment finds its device
+// already in the pod, and DEL returns the device.
 func corruptState(n, other rig.NIC) {
 	garbage := []struct {
 		name string
@@ -291,16 +292,16 @@ func corruptState(n, other rig.NIC) {
 			return
 		}
 		if r := rig.Exec(b.add); r.Failed() {
-			if !strings.Contains(r.Msg(), "corrupt") || b.detachedOK() != nil {
-				failf("corrupt %s: another pod's ADD failed unclearly or changed something: %s", g.name, r.Msg())
-			}
-			observe("with one unreadable record on the node, other pods' ADDs are refused until it is removed: %s", firstLine(r.Msg()))
+			failf("corrupt %s: another pod's ADD with an unreadable record on the node: %s", g.name, r.Msg())
 		} else if err := b.attachedOK(); err != nil {
 			failf("corrupt %s: another pod's ADD: %v", g.name, err)
 		}
-		// Retried ADD of the corrupt attachment itself.
+		if damaged := rig.StateFiles(filepath.Join(rig.StateDir, "damaged")); len(damaged) != 1 {
+			failf("corrupt %s: %d files moved aside to damaged/, want 1", g.name, len(damaged))
+		}
+		// Retried ADD of the attachment whose record was lost.
 		if r := rig.Exec(a.add); r.Failed() {
-			observe("retried ADD of an attachment whose record is unreadable (device already in the pod): %s", firstLine(r.Msg()))
+			failf("corrupt %s: retried ADD of the attachment whose record was damaged: %s", g.name, r.Msg())
 		} else if err := a.attachedOK(); err != nil {
 			failf("corrupt %s: retried ADD succeeded but: %v", g.name, err)
 		}
@@ -311,8 +312,9 @@ func corruptState(n, other rig.NIC) {
 			failf("corrupt %s: DEL of the other pod: %s", g.name, r.Msg())
 		}
 		if in(a.pod.Path(), a.nic.RDMA) {
-			observe("DEL with an unreadable record leaves the device in the pod until the pod netns is deleted (by design, logged)")
+			failf("corrupt %s: DEL left the device in the pod", g.name)
 		}
+		os.RemoveAll(filepath.Join(rig.StateDir, "damaged"))
 		a.close()
 		b.close()
 		if missing, err := rig.WaitHome([]rig.NIC{n, other}, 5*time.Second); err != nil || len(missing) > 0 {

@@ -67,6 +67,15 @@ type NetConf struct {
 	Result *current.Result `json:"-"`
 	// CNIArgs are the rdma-netns keys found in CNI_ARGS.
 	CNIArgs PerPodArgs `json:"-"`
+	// Pod is the Kubernetes pod the runtime named in CNI_ARGS, if any.
+	Pod PodRef `json:"-"`
+}
+
+// PodRef is the pod a runtime names in CNI_ARGS (K8S_POD_NAMESPACE,
+// K8S_POD_NAME): recorded so metrics and reports can say which pod holds
+// a device.
+type PodRef struct {
+	Namespace, Name string
 }
 
 // PerPodArgs are the settings a pod may pass through CNI_ARGS or args.cni.
@@ -117,11 +126,12 @@ func Parse(stdin []byte, cniArgs string) (*NetConf, error) {
 	if conf.StateDir == "" {
 		conf.StateDir = DefaultStateDir
 	}
-	args, err := parseCNIArgs(cniArgs)
+	args, pod, err := parseCNIArgs(cniArgs)
 	if err != nil {
 		return nil, err
 	}
 	conf.CNIArgs = args
+	conf.Pod = pod
 	if err := conf.validate(); err != nil {
 		return nil, err
 	}
@@ -256,10 +266,11 @@ func supported(v string) bool {
 // parseCNIArgs picks the rdma-netns keys out of CNI_ARGS. Runtimes put
 // their own keys there (K8S_POD_NAME, IgnoreUnknown), so unknown keys are
 // not an error.
-func parseCNIArgs(s string) (PerPodArgs, error) {
+func parseCNIArgs(s string) (PerPodArgs, PodRef, error) {
 	var a PerPodArgs
+	var pod PodRef
 	if s == "" {
-		return a, nil
+		return a, pod, nil
 	}
 	for _, pair := range strings.Split(s, ";") {
 		if pair == "" {
@@ -267,14 +278,42 @@ func parseCNIArgs(s string) (PerPodArgs, error) {
 		}
 		k, v, ok := strings.Cut(pair, "=")
 		if !ok {
-			return a, fmt.Errorf("CNI_ARGS entry %q is not KEY=VALUE", pair)
+			return a, pod, fmt.Errorf("CNI_ARGS entry %q is not KEY=VALUE", pair)
 		}
 		switch k {
 		case "rdmaDevice":
 			a.RdmaDevice = v
 		case "rdmaDevName":
 			a.RdmaDevName = v
+		case "K8S_POD_NAMESPACE", "K8S_POD_NAME":
+			if !validK8sName(v) {
+				return a, pod, fmt.Errorf("CNI_ARGS %s %q is not a Kubernetes name", k, v)
+			}
+			if k == "K8S_POD_NAME" {
+				pod.Name = v
+			} else {
+				pod.Namespace = v
+			}
 		}
 	}
-	return a, nil
+	return a, pod, nil
+}
+
+// validK8sName accepts a DNS subdomain, what Kubernetes allows for
+// namespace and pod names: 1 to 253 of [-a-z0-9.], starting and ending
+// with [a-z0-9]. Written out for the reason nameLike is.
+func validK8sName(s string) bool {
+	if len(s) == 0 || len(s) > 253 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		b := s[i]
+		switch {
+		case 'a' <= b && b <= 'z', '0' <= b && b <= '9':
+		case (b == '-' || b == '.') && i > 0 && i < len(s)-1:
+		default:
+			return false
+		}
+	}
+	return true
 }

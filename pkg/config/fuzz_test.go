@@ -11,12 +11,13 @@ import (
 var (
 	rdmaNameRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]{0,62}$`)
 	deviceIDRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$`)
+	k8sNameRe  = regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$`)
 )
 
 // FuzzNameChecks holds the hand-written name checks to the patterns the
 // error messages and README describe, both ways.
 func FuzzNameChecks(f *testing.F) {
-	for _, s := range []string{"", "mlx5_0", "rocep47s0f0", "_x", "a-", "0000:3b:00.2", "mlx5_core.sf.2", "a/b", "a b", "é", strings.Repeat("a", 63), strings.Repeat("a", 64), strings.Repeat("b", 128), strings.Repeat("b", 129)} {
+	for _, s := range []string{"", "mlx5_0", "rocep47s0f0", "_x", "a-", "0000:3b:00.2", "mlx5_core.sf.2", "a/b", "a b", "é", "default", "kube-system", "a.b-c", "-a", "a-", "A", strings.Repeat("c", 253), strings.Repeat("c", 254), strings.Repeat("a", 63), strings.Repeat("a", 64), strings.Repeat("b", 128), strings.Repeat("b", 129)} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
@@ -25,6 +26,9 @@ func FuzzNameChecks(f *testing.F) {
 		}
 		if got, want := validDeviceID(s), deviceIDRe.MatchString(s); got != want {
 			t.Fatalf("validDeviceID(%q) = %v, pattern says %v", s, got, want)
+		}
+		if got, want := validK8sName(s), k8sNameRe.MatchString(s); got != want {
+			t.Fatalf("validK8sName(%q) = %v, pattern says %v", s, got, want)
 		}
 	})
 }

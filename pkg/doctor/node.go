@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/rdma-netns/rdma-netns/pkg/inventory"
 	"github.com/rdma-netns/rdma-netns/pkg/rdmans"
 	"github.com/rdma-netns/rdma-netns/pkg/state"
 )
@@ -29,7 +30,11 @@ type NodeView struct {
 	Devices         []Device     `json:"devices"`
 	// Namespaces are the network namespaces other than the host's that
 	// hold RDMA devices.
-	Namespaces []*Netns `json:"namespaces"`
+	Namespaces []*inventory.Namespace `json:"namespaces"`
+	// Damaged are record files that could not be read: moved aside into
+	// the state directory's damaged/ folder, or still waiting for the
+	// plugin's next call to move them there.
+	Damaged []string `json:"damaged,omitempty"`
 }
 
 // RecordView is one attachment record and what became of it.
@@ -139,7 +144,7 @@ func persistFindings(r *Report, n *NodeView) {
 // Node runs the node checks.
 func Node(e *Env) *Report {
 	r := &Report{}
-	n := &NodeView{StateDir: e.StateDir, Records: []RecordView{}, Devices: []Device{}, Namespaces: []*Netns{}}
+	n := &NodeView{StateDir: e.StateDir, Records: []RecordView{}, Devices: []Device{}, Namespaces: []*inventory.Namespace{}}
 	r.Node = n
 	mode, modeErr := modeFindings(r, e.Kernel)
 	n.NetnsMode = mode
@@ -161,74 +166,67 @@ func Node(e *Env) *Report {
 	}
 
 	shared := mode != rdmans.ModeExclusive
-	self, err := e.selfNetns()
-	if err != nil {
-		r.add(Fail, "netns", "node", fmt.Sprintf("cannot identify the doctor's own network namespace: %v", err), "run the doctor as root on the host")
-		r.finish()
-		return r
-	}
-
-	recs, storeErr := e.records()
+	recs, damaged, storeErr := e.records()
 	if storeErr != nil {
-		r.add(Warn, "state", e.StateDir, storeErr.Error(), "remove unreadable record files once no pod uses the devices named in them")
+		r.add(Warn, "state", e.StateDir, storeErr.Error(), "check the state directory's permissions")
 	}
-	var recorded []string
-	for _, rec := range recs {
-		recorded = append(recorded, rec.Netns)
+	n.Damaged = damaged
+	for _, f := range damaged {
+		r.add(Warn, "damaged-record", f,
+			"an attachment record that cannot be read; it blocks no pod (the plugin keeps it out of the way in "+state.DamagedDir+"/) and the device it named is found from the kernel when its pod is deleted",
+			"read it if you want to know what happened, then delete it")
 	}
 
 	// Where is every device now?
-	hostNames, err := e.Kernel.DevicesIn("")
+	inv := e.inventory()
+	var snap *inventory.Snapshot
+	var err error
+	if shared {
+		// Every netns sees every device: listing each says nothing.
+		snap, err = inv.ScanHost()
+	} else {
+		snap, err = inv.Scan(recs)
+	}
 	if err != nil {
-		r.add(Fail, "devices", "node", fmt.Sprintf("cannot list the RDMA devices of the host: %v", err), "")
+		r.add(Fail, "devices", "node", err.Error(), "run the doctor as root in the host network namespace")
+		r.finish()
+		return r
 	}
 	var devs []Device
 	if err := e.SysfsIn("", func(root string) error {
-		d, err := readDevices(root, e.DevRoot, hostNames)
+		d, err := readDevices(root, e.DevRoot, snap.Host)
 		devs = append(devs, d...)
 		return err
 	}); err != nil {
 		r.add(Warn, "sysfs", "host", fmt.Sprintf("cannot read RDMA device details from sysfs: %v", err), "")
-		devs = namesOnly(hostNames)
+		devs = namesOnly(snap.Host)
 	}
 	for i := range devs {
 		devs[i].Location = Location{Host: !shared, Shared: shared}
 	}
-	if !shared {
-		for _, ns := range e.namespaces(self, recorded) {
-			names, err := e.Kernel.DevicesIn(ns.Path)
-			if err != nil {
-				ns.Error = err.Error()
-				continue
-			}
-			if len(names) == 0 {
-				continue
-			}
-			ns.Devices = names
-			n.Namespaces = append(n.Namespaces, ns)
-			var got []Device
-			if err := e.SysfsIn(ns.Path, func(root string) error {
-				d, err := readDevices(root, e.DevRoot, names)
-				got = d
-				return err
-			}); err != nil {
-				r.add(Warn, "sysfs", ns.Path, fmt.Sprintf("cannot read the details of %s from a sysfs of that netns: %v", strings.Join(names, ", "), err), "run the doctor as root (it mounts a private sysfs inside the netns)")
-				got = namesOnly(names)
-			}
-			for i := range got {
-				got[i].Location = Location{Netns: ns.Path, Inode: ns.Inode}
-			}
-			devs = append(devs, got...)
+	for _, ns := range snap.Namespaces {
+		n.Namespaces = append(n.Namespaces, ns)
+		if ns.Err != "" {
+			continue
 		}
+		var got []Device
+		if err := e.SysfsIn(ns.Path, func(root string) error {
+			d, err := readDevices(root, e.DevRoot, ns.Devices)
+			got = d
+			return err
+		}); err != nil {
+			r.add(Warn, "sysfs", ns.Path, fmt.Sprintf("cannot read the details of %s from a sysfs of that netns: %v", strings.Join(ns.Devices, ", "), err), "run the doctor as root (it mounts a private sysfs inside the netns)")
+			got = namesOnly(ns.Devices)
+		}
+		for i := range got {
+			got[i].Location = Location{Netns: ns.Path, Inode: ns.ID.Ino}
+		}
+		devs = append(devs, got...)
 	}
 	sort.SliceStable(devs, func(i, j int) bool { return devs[i].Name < devs[j].Name })
 
 	// Records against what we saw.
-	locs := map[string]Location{}
-	for _, d := range devs {
-		locs[d.Name] = d.Location
-	}
-	views, findings, owners := Classify(recs, locs, e.netnsExists, e.recordFile)
+	views, findings, owners := Classify(recs, snap, shared, e.NetnsOf, e.recordFile)
 	n.Records = views
 	r.Findings = append(r.Findings, findings...)
 	for i := range devs {
@@ -261,15 +259,22 @@ func namesOnly(names []string) []Device {
 
 // records reads the state store without creating it: a node where
 // rdma-netns never ran has no directory, and the doctor changes nothing.
-func (e *Env) records() ([]*state.Record, error) {
+// damaged lists unreadable record files, moved aside or not yet.
+func (e *Env) records() (recs []*state.Record, damaged []string, err error) {
 	if _, err := os.Stat(e.StateDir); errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
+		return nil, nil, nil
 	}
 	st, err := state.New(e.StateDir)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return st.List()
+	recs, listErr := st.List()
+	damaged = state.CorruptPaths(listErr)
+	if len(damaged) == 0 && listErr != nil {
+		return recs, nil, listErr
+	}
+	aside, err := st.Damaged()
+	return recs, append(damaged, aside...), err
 }
 
 func (e *Env) recordFile(k state.Key) string {
@@ -280,12 +285,12 @@ func (e *Env) recordFile(k state.Key) string {
 	return st.Path(k)
 }
 
-// Classify compares the attachment records with where the devices are.
-// locs maps each device name seen to its location; netnsOf resolves a
-// recorded netns path; file names a record's file for remedies. It returns
-// a view of each record, the findings, and the record owning each device
-// (by host name and by pod-side name).
-func Classify(recs []*state.Record, locs map[string]Location, netnsOf func(string) (NetnsID, bool), file func(state.Key) string) ([]RecordView, []Finding, map[string]*state.Record) {
+// Classify compares the attachment records with where the devices are,
+// by the inventory's rule. identify resolves a recorded netns path; file
+// names a record's file for remedies. It returns a view of each record,
+// the findings, and the record holding each device (by host name and by
+// pod-side name): only live claims hold devices.
+func Classify(recs []*state.Record, snap *inventory.Snapshot, shared bool, identify func(string) (inventory.NetnsID, error), file func(state.Key) string) ([]RecordView, []Finding, map[string]*state.Record) {
 	views := []RecordView{}
 	var fs []Finding
 	owners := map[string]*state.Record{}
@@ -293,33 +298,38 @@ func Classify(recs []*state.Record, locs map[string]Location, netnsOf func(strin
 		fs = append(fs, Finding{Severity: sev, Check: check, Subject: subject, Reason: reason, Remedy: remedy})
 	}
 	for _, rec := range recs {
-		owners[rec.Device] = rec
-		owners[rec.InPod()] = rec
 		v := RecordView{Key: rec.Key.String(), Netns: rec.Netns, Device: rec.Device, PodName: rec.PodName, State: rec.State, File: file(rec.Key)}
 		subj := rec.Key.String()
 		name := rec.InPod()
-		loc, seen := locs[name]
-		if !seen && rec.PodName != "" {
-			loc, seen = locs[rec.Device]
+		verdict, where := snap.Judge(rec, identify)
+		if shared && verdict == inventory.Returned {
+			// Shared mode: every device is in the host and every pod.
+			verdict = inventory.Held
 		}
-		id, exists := netnsOf(rec.Netns)
-		v.NetnsGone = !exists
+		v.NetnsGone = verdict == inventory.NetnsGone
 		switch {
-		case !exists:
+		case verdict == inventory.NetnsGone:
 			v.Status = "stale"
-			where := "it is nowhere on the node"
-			if seen {
-				where = "the device is in " + loc.String()
+			at := "it is nowhere on the node"
+			switch ns, host := snap.Where(name); {
+			case host:
+				at = "the device is back in the host"
+			case where != nil:
+				at = "the device is in netns " + where.Path
+			case ns != nil:
+				at = "the device is in netns " + ns.Path
 			}
 			add(Warn, "stale-record", subj,
-				fmt.Sprintf("the record of RDMA device %s names pod netns %s, which no longer exists; %s", name, rec.Netns, where),
-				fmt.Sprintf("the runtime's DEL or GC of that pod removes it; if the pod is gone for good, delete %s", v.File))
-		case !seen:
+				fmt.Sprintf("the record of RDMA device %s names pod netns %s, which no longer exists (or is another netns now); %s. It blocks nothing: the next ADD on this node removes it", name, rec.Netns, at),
+				fmt.Sprintf("nothing to do; the runtime's DEL or GC of that pod removes it too, or delete %s", v.File))
+		case verdict == inventory.Missing:
 			v.Status = "vanished"
 			add(Fail, "drift", subj,
 				fmt.Sprintf("RDMA device %s is recorded in netns %s but no netns on the node has it: its driver was unbound or the device removed", name, rec.Netns),
 				"check the NIC and its RDMA driver (dmesg, rdma dev); delete and recreate the pod once the device is back")
-		case loc.Shared || (!loc.Host && loc.Inode == id.Ino):
+		case verdict == inventory.Held:
+			owners[rec.Device] = rec
+			owners[name] = rec
 			if rec.State == state.StateAttached {
 				v.Status = "ok"
 				add(OK, "record", subj, fmt.Sprintf("RDMA device %s is in netns %s as recorded", name, rec.Netns), "")
@@ -328,14 +338,18 @@ func Classify(recs []*state.Record, locs map[string]Location, netnsOf func(strin
 				add(Warn, "record", subj, fmt.Sprintf("RDMA device %s is in netns %s but its ADD did not finish (state %q)", name, rec.Netns, rec.State),
 					"the runtime retries ADD or runs DEL for that pod; if neither happens, delete and recreate the pod")
 			}
-		case rec.State == state.StateMoving && loc.Host:
+		case verdict == inventory.Returned && rec.State == state.StateMoving:
 			v.Status = "moving"
-			add(Warn, "record", subj, fmt.Sprintf("an ADD of RDMA device %s into netns %s was interrupted before the device moved", name, rec.Netns),
-				"the runtime retries ADD or runs DEL for that pod; either clears this")
+			add(Warn, "record", subj, fmt.Sprintf("an ADD of RDMA device %s into netns %s was interrupted before the device moved; the device is free", name, rec.Netns),
+				"the runtime retries ADD or runs DEL for that pod; either clears this, and so does any other ADD on this node")
 		default:
 			v.Status = "drift"
+			at := "host"
+			if where != nil {
+				at = "netns " + where.Path
+			}
 			add(Fail, "drift", subj,
-				fmt.Sprintf("RDMA device %s is recorded in netns %s but it is in %s: something moved it (rdma dev set, a driver reload) and the pod has lost it", name, rec.Netns, loc.String()),
+				fmt.Sprintf("RDMA device %s is recorded in netns %s but it is in %s: something moved it (rdma dev set, a driver reload) and the pod has lost it", name, rec.Netns, at),
 				"delete and recreate the pod (its CHECK fails); DEL cleans the record up")
 		}
 		views = append(views, v)

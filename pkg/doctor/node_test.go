@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdma-netns/rdma-netns/pkg/inventory"
 	"github.com/rdma-netns/rdma-netns/pkg/rdmadev/sysfstest"
 	"github.com/rdma-netns/rdma-netns/pkg/rdmans"
 	"github.com/rdma-netns/rdma-netns/pkg/state"
@@ -29,12 +30,12 @@ func (k *fakeKernel) DevicesIn(nsPath string) ([]string, error) {
 	if nsPath == "" {
 		return k.in[""], nil
 	}
-	id, err := NetnsOf(nsPath)
+	id, err := inventory.Stat(nsPath)
 	if err != nil {
 		return nil, err
 	}
 	for p, d := range k.in {
-		if other, err := NetnsOf(p); p != "" && err == nil && other == id {
+		if other, err := inventory.Stat(p); p != "" && err == nil && other == id {
 			return d, nil
 		}
 	}
@@ -134,12 +135,12 @@ func newNodeFixture(t *testing.T) *nodeFixture {
 			if nsPath == "" {
 				return fn(host.Root)
 			}
-			id, err := NetnsOf(nsPath)
+			id, err := inventory.Stat(nsPath)
 			if err != nil {
 				return err
 			}
 			for p, tr := range f.pods {
-				if other, _ := NetnsOf(p); other == id {
+				if other, _ := inventory.Stat(p); other == id {
 					return fn(tr.Root)
 				}
 			}
@@ -150,7 +151,7 @@ func newNodeFixture(t *testing.T) *nodeFixture {
 		EtcRoot:   etc,
 		NetnsDirs: []string{netnsDir},
 		StateDir:  stateDir,
-		NetnsOf:   NetnsOf,
+		NetnsOf:   inventory.Stat,
 	}
 	return f
 }
@@ -241,29 +242,24 @@ func TestNodeDriftAndStale(t *testing.T) {
 	if len(stale) != 1 || stale[0].Subject != "rdma-net/cid-gone/net1" || !strings.Contains(stale[0].Remedy, f.store.Dir()) {
 		t.Errorf("stale %+v", stale)
 	}
-	// The stale record still owns mlx5_2, so it is not reported as leaked.
-	if l := findingsOf(r, "leak"); len(l) != 0 {
+	// A stale record holds nothing: mlx5_2 in pod-b is a leak.
+	if l := findingsOf(r, "leak"); len(l) != 1 || l[0].Subject != "mlx5_2" {
 		t.Errorf("leaks %+v", l)
 	}
 }
 
 func TestClassify(t *testing.T) {
-	podA := NetnsID{Ino: 10}
-	podB := NetnsID{Ino: 11}
-	netnsOf := func(p string) (NetnsID, bool) {
+	podA := &inventory.Namespace{Path: "/run/netns/a", ID: inventory.NetnsID{Ino: 10}, Devices: []string{"d-a", "rdma0"}}
+	podB := &inventory.Namespace{Path: "/run/netns/b", ID: inventory.NetnsID{Ino: 11}, Devices: []string{"d-b"}}
+	snap := &inventory.Snapshot{Host: []string{"d-host"}, Namespaces: []*inventory.Namespace{podA, podB}}
+	identify := func(p string) (inventory.NetnsID, error) {
 		switch p {
 		case "/run/netns/a":
-			return podA, true
+			return podA.ID, nil
 		case "/run/netns/b":
-			return podB, true
+			return podB.ID, nil
 		}
-		return NetnsID{}, false
-	}
-	locs := map[string]Location{
-		"d-host": {Host: true},
-		"d-a":    {Netns: "/run/netns/a", Inode: 10},
-		"rdma0":  {Netns: "/run/netns/a", Inode: 10},
-		"d-b":    {Netns: "/run/netns/b", Inode: 11},
+		return inventory.NetnsID{}, errors.New("no such file")
 	}
 	rec := func(dev, podName, netns, st string) *state.Record {
 		return &state.Record{Key: state.Key{Network: "n", ContainerID: dev, IfName: "net1"}, Device: dev, PodName: podName, Netns: netns, State: st}
@@ -273,18 +269,20 @@ func TestClassify(t *testing.T) {
 		status string
 		sev    Severity
 		check  string
+		owns   bool
 	}{
-		{rec("d-a", "", "/run/netns/a", state.StateAttached), "ok", OK, "record"},
-		{rec("d-x", "rdma0", "/run/netns/a", state.StateAttached), "ok", OK, "record"}, // renamed in the pod
-		{rec("d-a", "", "/run/netns/a", state.StateMoving), "moving", Warn, "record"},
-		{rec("d-host", "", "/run/netns/a", state.StateMoving), "moving", Warn, "record"},
-		{rec("d-host", "", "/run/netns/a", state.StateAttached), "drift", Fail, "drift"},
-		{rec("d-b", "", "/run/netns/a", state.StateAttached), "drift", Fail, "drift"},
-		{rec("d-none", "", "/run/netns/a", state.StateAttached), "vanished", Fail, "drift"},
-		{rec("d-host", "", "/run/netns/gone", state.StateAttached), "stale", Warn, "stale-record"},
+		{rec("d-a", "", "/run/netns/a", state.StateAttached), "ok", OK, "record", true},
+		{rec("d-x", "rdma0", "/run/netns/a", state.StateAttached), "ok", OK, "record", true}, // renamed in the pod
+		{rec("d-a", "", "/run/netns/a", state.StateMoving), "moving", Warn, "record", true},
+		{rec("d-host", "", "/run/netns/a", state.StateMoving), "moving", Warn, "record", false},
+		{rec("d-host", "", "/run/netns/a", state.StateAttached), "drift", Fail, "drift", false},
+		{rec("d-b", "", "/run/netns/a", state.StateAttached), "drift", Fail, "drift", false},
+		{rec("d-none", "", "/run/netns/a", state.StateAttached), "vanished", Fail, "drift", false},
+		{rec("d-host", "", "/run/netns/gone", state.StateAttached), "stale", Warn, "stale-record", false},
+		{rec("d-b", "", "/run/netns/gone", state.StateAttached), "stale", Warn, "stale-record", false},
 	}
 	for _, tt := range tests {
-		views, fs, owners := Classify([]*state.Record{tt.rec}, locs, netnsOf, func(state.Key) string { return "/state/x.json" })
+		views, fs, owners := Classify([]*state.Record{tt.rec}, snap, false, identify, func(state.Key) string { return "/state/x.json" })
 		if len(views) != 1 || len(fs) != 1 {
 			t.Fatalf("%+v: views %+v findings %+v", tt.rec, views, fs)
 		}
@@ -292,14 +290,15 @@ func TestClassify(t *testing.T) {
 			t.Errorf("%s/%s in %s (%s): status %s, %s %s (%s); want %s, %s %s", tt.rec.Device, tt.rec.PodName, tt.rec.Netns, tt.rec.State,
 				views[0].Status, fs[0].Severity, fs[0].Check, fs[0].Reason, tt.status, tt.sev, tt.check)
 		}
-		if owners[tt.rec.Device] != tt.rec || owners[tt.rec.InPod()] != tt.rec {
-			t.Errorf("%s: owners %v", tt.rec.Device, owners)
+		// Only a live claim holds its device.
+		if got := owners[tt.rec.InPod()] == tt.rec; got != tt.owns {
+			t.Errorf("%s in %s: owns its device = %v, want %v", tt.rec.Device, tt.rec.Netns, got, tt.owns)
 		}
 	}
 
-	// Leaks: devices outside the host without an owner.
-	devs := []Device{{Name: "d-host", Location: Location{Host: true}}, {Name: "d-a", Location: locs["d-a"]}, {Name: "d-b", Location: locs["d-b"]}, {Name: "s", Location: Location{Shared: true}}}
-	_, _, owners := Classify([]*state.Record{rec("d-a", "", "/run/netns/a", state.StateAttached)}, locs, netnsOf, func(state.Key) string { return "" })
+	// Leaks: devices outside the host without a live claim.
+	devs := []Device{{Name: "d-host", Location: Location{Host: true}}, {Name: "d-a", Location: Location{Netns: podA.Path}}, {Name: "d-b", Location: Location{Netns: podB.Path}}, {Name: "s", Location: Location{Shared: true}}}
+	_, _, owners := Classify([]*state.Record{rec("d-a", "", "/run/netns/a", state.StateAttached), rec("d-b", "", "/run/netns/gone", state.StateAttached)}, snap, false, identify, func(state.Key) string { return "" })
 	leaks := Leaks(devs, owners)
 	if len(leaks) != 1 || leaks[0].Subject != "d-b" || !strings.Contains(leaks[0].Remedy, "ip netns exec b rdma dev set d-b netns host") {
 		t.Errorf("leaks %+v", leaks)

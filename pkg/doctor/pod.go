@@ -141,7 +141,8 @@ func processFindings(r *Report, p *PodView) {
 		}
 		switch {
 		case len(missing) > 0:
-			r.add(Warn, "char-devices", subj, fmt.Sprintf("cannot open %s: the container's /dev lacks them, so verbs (ibv_open_device) or rdma_cm fail", strings.Join(missing, " ")),
+			// Without its uverbs node no verbs application can start.
+			r.add(Fail, "char-devices", subj, fmt.Sprintf("cannot open %s: the container's /dev lacks them, so verbs (ibv_open_device) or rdma_cm fail", strings.Join(missing, " ")),
 				"let the RDMA device plugin (k8s-rdma-shared-dev-plugin, sriov-network-device-plugin) inject /dev/infiniband for the pod's resource, or mount it into the container")
 		case len(want) > 0:
 			r.add(OK, "char-devices", subj, "sees "+strings.Join(want, " ")+" under /dev/infiniband", "")
@@ -159,7 +160,9 @@ func MemlockVerdict(pr Process) (Severity, string) {
 	case pr.Memlock.Sufficient(MinMemlock):
 		return OK, fmt.Sprintf("memlock limit %s is enough for RDMA memory registration", pr.Memlock)
 	}
-	return Warn, fmt.Sprintf("memlock limit %s (below %s) and no CAP_IPC_LOCK: RDMA memory registration will fail (NCCL: \"ibv_reg_mr failed\", \"Cannot allocate memory\")",
+	// NCCL and MPI register far more than this per connection: this is
+	// a certain failure, not a risk.
+	return Fail, fmt.Sprintf("memlock limit %s (below %s) and no CAP_IPC_LOCK: RDMA memory registration will fail (NCCL: \"ibv_reg_mr failed\", \"Cannot allocate memory\")",
 		pr.Memlock, FormatBytes(MinMemlock))
 }
 
@@ -178,7 +181,9 @@ func ShmVerdict(pr Process) (Severity, string) {
 	case pr.ShmErr != "":
 		return Warn, "no usable /dev/shm: " + pr.ShmErr
 	case pr.ShmBytes < MinShm:
-		return Warn, fmt.Sprintf("/dev/shm is only %s (below %s): NCCL fails with \"posix_fallocate failed: No space left on device\", PyTorch DataLoader workers with \"Bus error\"",
+		// Only workloads that pass data between processes through
+		// /dev/shm (several GPUs per pod, DataLoader workers) hit this.
+		return Warn, fmt.Sprintf("/dev/shm is only %s (below %s): NCCL between GPUs of this pod can fail with \"posix_fallocate failed: No space left on device\", PyTorch DataLoader workers with \"Bus error\"",
 			FormatBytes(pr.ShmBytes), FormatBytes(MinShm))
 	}
 	return OK, fmt.Sprintf("/dev/shm is %s", FormatBytes(pr.ShmBytes))

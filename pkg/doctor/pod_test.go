@@ -18,8 +18,10 @@ func TestPodChecks(t *testing.T) {
 	f.fp.proc("42", "torchrun", "pod-a", "unlimited", "00000000a80465fb", 16<<30, "rdma_cm")
 
 	r := Pod(f.env, podA, 0)
-	if r.ExitCode != 0 {
-		t.Fatalf("warnings only, exit %d: %+v", r.ExitCode, r.Findings)
+	// Both workloads certainly fail: one cannot register memory, the
+	// other cannot open its device.
+	if r.ExitCode != 1 {
+		t.Fatalf("exit %d, want 1: %+v", r.ExitCode, r.Findings)
 	}
 	if len(r.Pod.Devices) != 1 || r.Pod.Devices[0].Name != "mlx5_1" || r.Pod.Devices[0].Ports[0].GIDs != 1 {
 		t.Fatalf("devices %+v", r.Pod.Devices)
@@ -34,12 +36,12 @@ func TestPodChecks(t *testing.T) {
 	want := map[string]Severity{
 		"device mlx5_1":                  OK,
 		"process pid 40 (pause)":         OK,
-		"memlock pid 41 (python)":        Warn,
+		"memlock pid 41 (python)":        Fail,
 		"shm pid 41 (python)":            Warn,
 		"char-devices pid 41 (python)":   OK,
 		"memlock pid 42 (torchrun)":      OK,
 		"shm pid 42 (torchrun)":          OK,
-		"char-devices pid 42 (torchrun)": Warn,
+		"char-devices pid 42 (torchrun)": Fail,
 	}
 	for k, sev := range want {
 		if got[k] != sev {
@@ -108,7 +110,7 @@ func TestPodNoRDMAStillChecksProcesses(t *testing.T) {
 	if r.ExitCode != 1 || len(findingsOf(r, "rdma-subsystem")) != 1 {
 		t.Fatalf("%+v", r.Findings)
 	}
-	if m := findingsOf(r, "memlock"); len(m) != 1 || m[0].Severity != Warn {
+	if m := findingsOf(r, "memlock"); len(m) != 1 || m[0].Severity != Fail {
 		t.Fatalf("memlock %+v", m)
 	}
 }

@@ -8,12 +8,12 @@ import (
 	"math/bits"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/rdma-netns/rdma-netns/pkg/inventory"
 )
 
 // Thresholds of the pod checks. RDMA registers (pins) every buffer it
@@ -140,38 +140,8 @@ type Proc struct {
 	Self int
 }
 
-// NetnsID identifies a network namespace: the device and inode of its nsfs
-// file, which is what `ip netns identify` and lsns compare.
-type NetnsID struct {
-	Dev uint64 `json:"-"`
-	Ino uint64 `json:"inode"`
-}
-
-// NetnsOf stats a netns file (a /run/netns bind mount or /proc/PID/ns/net).
-func NetnsOf(path string) (NetnsID, error) {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return NetnsID{}, err
-	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !ok {
-		return NetnsID{}, fmt.Errorf("%s: no inode", path)
-	}
-	return NetnsID{Dev: uint64(st.Dev), Ino: st.Ino}, nil
-}
-
 // PIDs lists the numeric entries of /proc, sorted.
-func (p Proc) PIDs() []int {
-	entries, _ := os.ReadDir(p.Root)
-	var pids []int
-	for _, e := range entries {
-		if n, err := strconv.Atoi(e.Name()); err == nil && n > 0 && n != p.Self {
-			pids = append(pids, n)
-		}
-	}
-	sort.Ints(pids)
-	return pids
-}
+func (p Proc) PIDs() []int { return inventory.PIDs(p.Root, p.Self) }
 
 // NetnsPath is the ns/net file of a process.
 func (p Proc) NetnsPath(pid int) string {
@@ -179,10 +149,10 @@ func (p Proc) NetnsPath(pid int) string {
 }
 
 // InNetns lists the processes whose netns is id.
-func (p Proc) InNetns(id NetnsID) []int {
+func (p Proc) InNetns(id inventory.NetnsID) []int {
 	var out []int
 	for _, pid := range p.PIDs() {
-		if got, err := NetnsOf(p.NetnsPath(pid)); err == nil && got == id {
+		if got, err := inventory.Stat(p.NetnsPath(pid)); err == nil && got == id {
 			out = append(out, pid)
 		}
 	}

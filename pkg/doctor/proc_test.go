@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/rdma-netns/rdma-netns/pkg/inventory"
 )
 
 const limitsFile = `Limit                     Soft Limit           Hard Limit           Units     
@@ -86,9 +88,9 @@ func TestMemlockVerdict(t *testing.T) {
 		pr   Process
 		want Severity
 	}{
-		{"container default 8MiB", Process{Memlock: known(8 << 20)}, Warn},
-		{"64KiB", Process{Memlock: known(64 << 10)}, Warn},
-		{"just below", Process{Memlock: known(MinMemlock - 1)}, Warn},
+		{"container default 8MiB", Process{Memlock: known(8 << 20)}, Fail},
+		{"64KiB", Process{Memlock: known(64 << 10)}, Fail},
+		{"just below", Process{Memlock: known(MinMemlock - 1)}, Fail},
 		{"at threshold", Process{Memlock: known(MinMemlock)}, OK},
 		{"unlimited", Process{Memlock: Limit{Unlimited: true, Known: true}}, OK},
 		{"low but CAP_IPC_LOCK", Process{Memlock: known(64 << 10), CapIPCLock: true}, OK},
@@ -99,7 +101,7 @@ func TestMemlockVerdict(t *testing.T) {
 		if got != tt.want {
 			t.Errorf("%s: %s (%s), want %s", tt.name, got, reason, tt.want)
 		}
-		if got == Warn && tt.pr.Memlock.Known && !strings.Contains(reason, "ibv_reg_mr failed") {
+		if got == Fail && !strings.Contains(reason, "ibv_reg_mr failed") {
 			t.Errorf("%s: reason %q does not name the NCCL symptom", tt.name, reason)
 		}
 	}
@@ -217,7 +219,7 @@ func TestProcInspectAndScan(t *testing.T) {
 	write(t, filepath.Join(fp.root, "self"), "") // not a pid
 	p := fp.Proc()
 
-	id, err := NetnsOf(fp.netns("pod"))
+	id, err := inventory.Stat(fp.netns("pod"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/containernetworking/plugins/pkg/testutils"
+
+	"github.com/rdma-netns/rdma-netns/pkg/inventory"
 )
 
 // PrivateSysfs shows the netdevs of the target netns (a fresh one has only
@@ -20,7 +22,7 @@ func TestPrivateSysfs(t *testing.T) {
 	}
 	defer testutils.UnmountNS(target)
 	defer target.Close()
-	before, err := NetnsOf("/proc/self/ns/net")
+	before, err := inventory.Stat("/proc/self/ns/net")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +42,7 @@ func TestPrivateSysfs(t *testing.T) {
 	if got := classNet(t, "/sys"); !slices.Equal(got, hostNet) {
 		t.Fatalf("host /sys/class/net changed: %v -> %v", hostNet, got)
 	}
-	if after, _ := NetnsOf("/proc/self/ns/net"); after != before {
+	if after, _ := inventory.Stat("/proc/self/ns/net"); after != before {
 		t.Fatal("the doctor's main thread left its netns")
 	}
 	if err := PrivateSysfs("/nonexistent", func(string) error { return nil }); err == nil {

@@ -25,7 +25,12 @@ const (
 type Record struct {
 	Version int `json:"version"`
 	Key
-	Netns      string `json:"netns"`
+	Netns string `json:"netns"`
+	// NetnsDev and NetnsIno identify the pod netns as it was at ADD: a
+	// path such as /proc/PID/ns/net can later open another netns, whose
+	// devices this record must never claim. Zero in older records.
+	NetnsDev   uint64 `json:"netnsDev,omitempty"`
+	NetnsIno   uint64 `json:"netnsIno,omitempty"`
 	Device     string `json:"rdmaDevice"`
 	PodName    string `json:"podDevName,omitempty"`
 	DevPath    string `json:"devPath,omitempty"`
@@ -33,8 +38,12 @@ type Record struct {
 	Rule       string `json:"rule,omitempty"`
 	State      string `json:"state"`
 	// QoS is set when rdmaQoS was applied, so DEL knows to clean it up.
-	QoS     bool      `json:"qos,omitempty"`
-	Created time.Time `json:"created"`
+	QoS bool `json:"qos,omitempty"`
+	// K8sNamespace and K8sPod are the pod the runtime named in CNI_ARGS,
+	// for the exporter's labels and the doctor's reports.
+	K8sNamespace string    `json:"k8sNamespace,omitempty"`
+	K8sPod       string    `json:"k8sPod,omitempty"`
+	Created      time.Time `json:"created"`
 }
 
 var (
@@ -117,6 +126,8 @@ func (r *Record) validate() error {
 		{"device path", r.DevPath},
 		{"PCI address", r.PCIAddress},
 		{"rule", r.Rule},
+		{"pod namespace", r.K8sNamespace},
+		{"pod name", r.K8sPod},
 	} {
 		if err := validateText(f.what, f.v); err != nil {
 			return err

@@ -267,20 +267,67 @@ func (s *Store) removeIfStale(name string) {
 	_ = os.Remove(path)
 }
 
-// Owner returns the record whose device is named device, either as the host
-// name or as the name inside the pod, and ErrNotFound if there is none.
-// If no readable record matches but some record is unreadable, it fails
-// with an error matching ErrCorrupt instead of ErrNotFound: the unreadable
-// one might own the device, and guessing wrong would give it to two pods.
-func (s *Store) Owner(device string) (*Record, error) {
-	recs, listErr := s.List()
-	for _, r := range recs {
-		if r.Device == device || r.PodName == device {
-			return r, nil
+// DamagedDir is the folder, inside the state directory, where unreadable
+// records are moved: kept for the operator, out of everyone's way.
+const DamagedDir = "damaged"
+
+// Quarantine moves an unreadable record file into DamagedDir, so it blocks
+// nobody while its content stays available to whoever wants to know what
+// went wrong. It returns the new path.
+func (s *Store) Quarantine(path string) (string, error) {
+	if filepath.Dir(path) != s.dir || !isRecordFileName(filepath.Base(path)) {
+		return "", fmt.Errorf("%s is not a record file of %s", path, s.dir)
+	}
+	dir := filepath.Join(s.dir, DamagedDir)
+	if err := os.MkdirAll(dir, dirPerm); err != nil {
+		return "", fmt.Errorf("creating %s: %w", dir, err)
+	}
+	dst := filepath.Join(dir, time.Now().UTC().Format("20060102T150405.000000000Z")+"-"+filepath.Base(path))
+	if err := os.Rename(path, dst); err != nil {
+		return "", fmt.Errorf("moving unreadable record %s aside: %w", path, err)
+	}
+	if err := s.syncDir(); err != nil {
+		return "", err
+	}
+	return dst, nil
+}
+
+// Damaged lists the files moved aside by Quarantine.
+func (s *Store) Damaged() ([]string, error) {
+	entries, err := os.ReadDir(filepath.Join(s.dir, DamagedDir))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, e := range entries {
+		out = append(out, filepath.Join(s.dir, DamagedDir, e.Name()))
+	}
+	return out, nil
+}
+
+// CorruptPaths returns the files of the unreadable records an error from
+// List reports.
+func CorruptPaths(listErr error) []string {
+	var out []string
+	var walk func(error)
+	walk = func(err error) {
+		if err == nil {
+			return
+		}
+		if j, ok := err.(interface{ Unwrap() []error }); ok {
+			for _, e := range j.Unwrap() {
+				walk(e)
+			}
+			return
+		}
+		var ce *CorruptError
+		if errors.As(err, &ce) && ce.Path != "" {
+			out = append(out, ce.Path)
 		}
 	}
-	if listErr != nil {
-		return nil, fmt.Errorf("cannot tell whether RDMA device %q is already attached to a pod: %w", device, listErr)
-	}
-	return nil, fmt.Errorf("%w for RDMA device %q", ErrNotFound, device)
+	walk(listErr)
+	return out
 }

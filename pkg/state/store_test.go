@@ -325,25 +325,31 @@ func TestCorruptRecords(t *testing.T) {
 		t.Errorf("List reported %d errors, want %d: %v", n, len(cases), err)
 	}
 
-	// The good record is still found; an unknown device cannot be declared
-	// free while unreadable records exist.
-	if r, err := s.Owner("mlx5_0"); err != nil || r.Key != good.Key {
-		t.Errorf("Owner(mlx5_0) = %v, %v", r, err)
+	// Unreadable records are moved aside, where the operator finds them,
+	// and no longer stand in the way of List.
+	paths := CorruptPaths(err)
+	if len(paths) != len(cases) {
+		t.Fatalf("CorruptPaths = %v, want %d paths", paths, len(cases))
 	}
-	if _, err := s.Owner("mlx5_7"); !errors.Is(err, ErrCorrupt) || errors.Is(err, ErrNotFound) {
-		t.Errorf("Owner(mlx5_7) with corrupt records = %v, want ErrCorrupt", err)
-	}
-
-	for _, k := range corruptKeys {
-		if err := s.Delete(k); err != nil {
-			t.Errorf("Delete(%s) on corrupt record: %v", k, err)
+	for _, p := range paths {
+		if _, err := s.Quarantine(p); err != nil {
+			t.Errorf("Quarantine(%s): %v", p, err)
 		}
 	}
-	if recs, err := s.List(); err != nil || len(recs) != 1 {
-		t.Errorf("List after deleting corrupt records = %v, %v", recs, err)
+	if recs, err := s.List(); err != nil || len(recs) != 1 || recs[0].Key != good.Key {
+		t.Errorf("List after quarantine = %v, %v; want only %s", recs, err, good.Key)
 	}
-	if _, err := s.Owner("mlx5_7"); !errors.Is(err, ErrNotFound) {
-		t.Errorf("Owner(mlx5_7) = %v, want ErrNotFound", err)
+	damaged, err := s.Damaged()
+	if err != nil || len(damaged) != len(cases) {
+		t.Errorf("Damaged = %v, %v; want %d files", damaged, err, len(cases))
+	}
+	for _, k := range corruptKeys {
+		if _, err := s.Get(k); !errors.Is(err, ErrNotFound) {
+			t.Errorf("Get(%s) after quarantine = %v, want ErrNotFound", k, err)
+		}
+	}
+	if _, err := s.Quarantine(filepath.Join(t.TempDir(), "x.json")); err == nil {
+		t.Error("Quarantine accepted a file outside the state directory")
 	}
 }
 
@@ -365,35 +371,6 @@ func TestSymlinkIsCorrupt(t *testing.T) {
 	}
 	if _, err := os.Stat(target); err != nil {
 		t.Fatalf("Delete followed the symlink: %v", err)
-	}
-}
-
-func TestOwner(t *testing.T) {
-	s := newStore(t)
-	a := testRecord("net", "pod-a", "net1", "mlx5_0")
-	b := testRecord("net", "pod-b", "net1", "mlx5_1")
-	b.PodName = "rdma0"
-	for _, r := range []*Record{a, b} {
-		if err := s.Put(r); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for dev, want := range map[string]Key{"mlx5_0": a.Key, "mlx5_1": b.Key, "rdma0": b.Key} {
-		r, err := s.Owner(dev)
-		if err != nil {
-			t.Errorf("Owner(%s): %v", dev, err)
-			continue
-		}
-		if r.Key != want {
-			t.Errorf("Owner(%s) = %s, want %s", dev, r.Key, want)
-		}
-	}
-	_, err := s.Owner("mlx5_2")
-	if !errors.Is(err, ErrNotFound) {
-		t.Fatalf("Owner(mlx5_2) = %v, want ErrNotFound", err)
-	}
-	if !strings.Contains(err.Error(), "mlx5_2") {
-		t.Errorf("Owner error %q does not name the device", err)
 	}
 }
 

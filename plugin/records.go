@@ -1,0 +1,140 @@
+package plugin
+
+import (
+	"fmt"
+
+	"github.com/rdma-netns/rdma-netns/pkg/inventory"
+	"github.com/rdma-netns/rdma-netns/pkg/rdmadev"
+	"github.com/rdma-netns/rdma-netns/pkg/state"
+)
+
+// loadRecords reads every attachment record once per call, under the node
+// lock. An unreadable record can tell us nothing we could act on, so it is
+// moved aside for the operator (`rdma-netns doctor` lists it) instead of
+// blocking every pod on the node.
+func (c *call) loadRecords() ([]*state.Record, error) {
+	recs, err := c.store.List()
+	if err == nil {
+		return recs, nil
+	}
+	bad := state.CorruptPaths(err)
+	if len(bad) == 0 {
+		return nil, fmt.Errorf("cannot read the attachment records in %s: %v", c.store.Dir(), err)
+	}
+	for _, path := range bad {
+		c.quarantine(path)
+	}
+	return recs, nil
+}
+
+func (c *call) quarantine(path string) {
+	dst, err := c.store.Quarantine(path)
+	if err != nil {
+		c.log.Errorf("unreadable attachment record %s: %v; remove it by hand", path, err)
+		return
+	}
+	c.log.Warnf("moved unreadable attachment record %s to %s; it no longer counts for any device", path, dst)
+}
+
+// sameNetns reports whether rec's netns path still opens the netns the
+// record was written for.
+func sameNetns(rec *state.Record) bool {
+	_, ok := inventory.SameNetns(rec, inventory.Identify)
+	return ok
+}
+
+// reconcile drops the records of other attachments that the kernel shows
+// to be stale, and returns the rest. A device the host can see is held by
+// no pod: its record is left over from an interrupted ADD or a pod netns
+// destroyed without DEL (a node reboot leaves every record so). A device
+// that came back from a destroyed netns under its pod-side name gets its
+// host name back first, since only the record knows it. A record whose
+// netns is gone and that has nothing left to undo goes too.
+func (c *call) reconcile(recs []*state.Record) ([]*state.Record, error) {
+	var live []*state.Record
+	for _, rec := range recs {
+		if rec.Key == c.key() {
+			live = append(live, rec)
+			continue
+		}
+		stale, err := c.staleClaim(rec)
+		if err != nil {
+			return nil, err
+		}
+		if !stale {
+			live = append(live, rec)
+			continue
+		}
+		c.clearQoS(rec)
+		if err := c.store.Delete(rec.Key); err != nil {
+			return nil, err
+		}
+	}
+	return live, nil
+}
+
+// staleClaim decides one record of another attachment, restoring the host
+// name of its device when the kernel returned it under the pod-side name.
+func (c *call) staleClaim(rec *state.Record) (bool, error) {
+	host, err := c.hostNames()
+	if err != nil {
+		return false, err
+	}
+	switch {
+	case host[rec.Device]:
+		c.log.Infof("record of %s claims RDMA device %s, which is in the host, so no pod holds it: removing the stale record (its pod netns %s was destroyed without DEL, or its ADD was interrupted)", rec.Key, rec.Device, rec.Netns)
+		return true, nil
+	case rec.PodName != "" && host[rec.PodName]:
+		if err := c.p.Kernel.Rename("", rec.PodName, rec.Device); err != nil {
+			c.log.Warnf("RDMA device %s came back to the host as %s (pod netns %s of %s is gone) and cannot get its name back: %v", rec.Device, rec.PodName, rec.Netns, rec.Key, err)
+			return false, nil
+		}
+		c.hostDevs = nil
+		c.log.Infof("RDMA device %s came back to the host as %s from the destroyed pod netns %s of %s: renamed it back and removed the stale record", rec.Device, rec.PodName, rec.Netns, rec.Key)
+		return true, nil
+	case !sameNetns(rec) && rec.PodName == "":
+		c.log.Infof("record of %s names pod netns %s, which no longer exists: removing it (the kernel returns its RDMA device %s to the host)", rec.Key, rec.Netns, rec.Device)
+		return true, nil
+	}
+	return false, nil
+}
+
+// hostDevices lists the RDMA devices the host sees, once per call: the
+// same listing serves resolution and reconciliation.
+func (c *call) hostDevices() ([]rdmadev.Device, error) {
+	if c.hostDevs == nil {
+		devs, err := c.p.Sysfs.Devices()
+		if err != nil {
+			return nil, err
+		}
+		c.hostDevs = devs
+	}
+	return c.hostDevs, nil
+}
+
+// hostNames is the set of RDMA device names the host sees, read once per
+// call from the same sysfs listing resolution uses.
+func (c *call) hostNames() (map[string]bool, error) {
+	devs, err := c.hostDevices()
+	if err != nil {
+		return nil, err
+	}
+	names := make(map[string]bool, len(devs))
+	for _, d := range devs {
+		names[d.Name] = true
+	}
+	return names, nil
+}
+
+// liveClaim finds the record of another attachment that still holds the
+// device named name: its netns is the recorded one. Devices in the host
+// were reconciled away before, so a remaining claim is on a device the
+// host cannot see.
+func liveClaim(recs []*state.Record, self state.Key, name string) *state.Record {
+	for _, r := range recs {
+		if r.Key != self && (r.Device == name || r.PodName == name) && sameNetns(r) {
+			return r
+		}
+	}
+	return nil
+}
