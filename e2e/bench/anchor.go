@@ -67,7 +67,7 @@ func startups(rep *report, n int) (minimal time.Duration, err error) {
 		ds   []time.Duration
 	}
 	bins := []*bin{
-		{name: "minimal static Go binary (rdma-netns-floor, no args)", run: func() (time.Duration, error) { return execT(floorBin) }},
+		{name: "static Go binary, netlink only (rdma-netns-floor, no args)", run: func() (time.Duration, error) { return execT(floorBin) }},
 		{name: "rdma-netns VERSION", run: func() (time.Duration, error) { return execCNI(rig.Call{Verb: "VERSION"}) }},
 	}
 	if haveUpstream() {
@@ -98,7 +98,7 @@ func startups(rep *report, n int) (minimal time.Duration, err error) {
 
 func binPath(name string) string {
 	switch {
-	case name[0] == 'm':
+	case name[0] == 's':
 		return floorBin
 	case name[0] == 'u':
 		return upstreamBin
@@ -191,7 +191,7 @@ func anchors(rep *report, nic rig.NIC, pod *rig.Pod, rounds int, minimalStart ti
 	}
 	for _, c := range all {
 		st := rig.Summarize(c.sums)
-		note := fmt.Sprintf("ADD %s ms, DEL %s ms", rig.Ms(rig.Summarize(c.adds).Median), rig.Ms(rig.Summarize(c.dels).Median))
+		note := fmt.Sprintf("min %s ms; ADD %s ms, DEL %s ms", rig.Ms(st.Min), rig.Ms(rig.Summarize(c.adds).Median), rig.Ms(rig.Summarize(c.dels).Median))
 		if upstream != nil && c != upstream && c != floor {
 			note += fmt.Sprintf("; %.2fx upstream", float64(st.Median)/float64(stUp.Median))
 		}

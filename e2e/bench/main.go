@@ -251,7 +251,11 @@ func alone(rep *report, nics []rig.NIC) error {
 
 	// --- syscall counts of one ADD and one DEL
 	if want("trace") {
-		if err := traced(rep, addCall, delCall); err != nil {
+		upAdd := rig.Call{Bin: upstreamBin, Verb: "ADD", ContainerID: "bench-upstream", Netns: pod.Path(), IfName: netdev,
+			Stdin: rig.PluginConf("bench", netdev, pod.Path(), map[string]any{"type": "rdma", "deviceID": nics[0].PCI})}
+		upDel := upAdd
+		upDel.Verb = "DEL"
+		if err := traced(rep, addCall, delCall, upAdd, upDel); err != nil {
 			return err
 		}
 	}
@@ -517,12 +521,16 @@ func inProcess(rep *report, pod *rig.Pod, netdev, dev string, floorIn, floorOut 
 	return nil
 }
 
-func traced(rep *report, addCall, delCall rig.Call) error {
+func traced(rep *report, addCall, delCall, upAdd, upDel rig.Call) error {
 	type tc struct {
 		name string
 		c    rig.Call
 	}
-	for _, x := range []tc{{"VERSION", rig.Call{Verb: "VERSION"}}, {"ADD", addCall}, {"DEL", delCall}} {
+	calls := []tc{{"VERSION", rig.Call{Verb: "VERSION"}}, {"ADD", addCall}, {"DEL", delCall}}
+	if haveUpstream() {
+		calls = append(calls, tc{"upstream ADD", upAdd}, tc{"upstream DEL", upDel})
+	}
+	for _, x := range calls {
 		counts, r, err := trace(x.c)
 		if err != nil {
 			return fmt.Errorf("trace %s: %v", x.name, err)
@@ -531,7 +539,8 @@ func traced(rep *report, addCall, delCall rig.Call) error {
 			return fmt.Errorf("traced %s failed: %v: %s", x.name, r.Err, r.Stdout)
 		}
 		rep.note("syscalls of one %s: %s", x.name, strings.Join(counts.lines(), ", "))
-		if x.name != "VERSION" {
+		rep.note("  most frequent: %s", counts.top(12))
+		if x.name == "ADD" || x.name == "DEL" {
 			var paths []string
 			for p, n := range counts.Paths {
 				paths = append(paths, fmt.Sprintf("%dx %s", n, p))
