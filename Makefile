@@ -23,12 +23,13 @@ $(OUT)/rdma-netns: FORCE
 FORCE:
 
 ## test: unit tests, then the real-kernel end-to-end suite in the test VM.
-test: unit e2e stress-short
+test: unit image-test e2e stress-short
 
 lint:
 	@fmt=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$fmt" ]; then echo "gofmt needed: $$fmt"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./e2e
+	cd build/image && $(GO) vet ./...
 
 ## unit: go vet, gofmt, and the unit tests of the plugin and of conf/.
 unit: lint
@@ -68,7 +69,7 @@ bench: payload
 ## run with STRESS_FLAGS="-seed N".
 STRESS_ROUNDS ?= 200
 STRESS_FLAGS ?=
-STRESS_SHORT_FLAGS ?= -rounds 40 -races 6 -kills 12
+STRESS_SHORT_FLAGS ?= -rounds 40 -races 6 -kills 12 -reboots 2
 stress: fuzz stress-vm
 
 stress-vm: payload
@@ -90,16 +91,44 @@ fuzz:
 
 .PHONY: bench stress stress-vm stress-short fuzz
 
-## image: the DaemonSet's image (static binary on scratch plus busybox for
-## the init container's cp), for every platform in PLATFORMS. Needs a
-## Docker engine with buildx; IMAGE_FLAGS=--push to publish.
-IMAGE       ?= rdma-netns:$(VERSION)
-PLATFORMS   ?= linux/amd64,linux/arm64
-IMAGE_FLAGS ?=
-image:
-	docker buildx build -f conf/Dockerfile --platform $(PLATFORMS) --build-arg VERSION=$(VERSION) -t $(IMAGE) $(IMAGE_FLAGS) .
+## image: the DaemonSet's image without Docker: the static binaries of
+## IMAGE_BINS (NAME=PACKAGE) on scratch at /NAME, for every platform in
+## PLATFORMS, as an OCI image layout in IMAGE_LAYOUT (build/image, a module
+## of its own so that go-containerregistry stays out of the plugin).
+## `make image IMAGE=registry.example/rdma-netns:v1 push` pushes it.
+IMAGE        ?= rdma-netns:$(VERSION)
+PLATFORMS    ?= linux/amd64,linux/arm64
+IMAGE_BINS   := rdma-netns=.
+IMAGE_LAYOUT ?= $(OUT)/image
+IMAGE_TOOL   := $(GO) -C build/image run .
+comma := ,
+space := $(subst ,, )
+IMAGE_BIN_LIST = $(subst $(space),$(comma),$(strip $(foreach b,$(IMAGE_BINS),$(firstword $(subst =, ,$(b))))))
+image-bins:
+	@set -e; for p in $(subst $(comma), ,$(PLATFORMS)); do \
+	  for b in $(IMAGE_BINS); do \
+	    echo "go build $${b#*=} for $$p"; \
+	    GOOS=$${p%/*} GOARCH=$${p#*/} $(GO) build -trimpath -ldflags "-s -w $(LDFLAGS)" \
+	      -o $(OUT)/$${p%/*}_$${p#*/}/$${b%%=*} $${b#*=}; \
+	  done; \
+	done
 
-.PHONY: image
+image: image-bins
+	$(IMAGE_TOOL) build -bin-dir $(abspath $(OUT)) -platforms $(PLATFORMS) \
+	  -bins $(IMAGE_BIN_LIST) -tag $(IMAGE) -out $(abspath $(IMAGE_LAYOUT))
+
+## push: push the image make image wrote to IMAGE (a registry reference);
+## prints the reference by digest to pin in conf/daemonset.yaml.
+push: image
+	$(IMAGE_TOOL) push -layout $(abspath $(IMAGE_LAYOUT)) $(IMAGE)
+
+## image-test: build the image of the binaries make image builds, push it
+## to an in-process registry, pull it back by digest, check the binaries and
+## run the install command.
+image-test: image-bins
+	cd build/image && IMAGE_TEST_BIN_DIR=$(abspath $(OUT)) IMAGE_TEST_BINS=$(IMAGE_BIN_LIST) $(GO) test -count=1 ./...
+
+.PHONY: image image-bins push image-test
 
 clean:
 	rm -rf $(OUT)

@@ -1,6 +1,7 @@
 // Command rdma-netns is a CNI meta-plugin that moves the RDMA device of a
 // pod's netdev into the pod's network namespace. Run by a person as
-// `rdma-netns doctor`, it diagnoses the node and pods instead.
+// `rdma-netns doctor`, it diagnoses the node and pods instead;
+// `rdma-netns install` copies it into a CNI bin directory (the DaemonSet).
 package main
 
 import (
@@ -12,12 +13,18 @@ import (
 
 	"github.com/rdma-netns/rdma-netns/pkg/config"
 	"github.com/rdma-netns/rdma-netns/pkg/doctor"
+	"github.com/rdma-netns/rdma-netns/pkg/install"
 	"github.com/rdma-netns/rdma-netns/plugin"
 )
 
 func main() {
-	if os.Getenv("CNI_COMMAND") == "" && len(os.Args) > 1 && os.Args[1] == "doctor" {
-		os.Exit(doctor.Main(os.Args[2:], os.Stdout, os.Stderr))
+	if os.Getenv("CNI_COMMAND") == "" && len(os.Args) > 1 {
+		switch os.Args[1] {
+		case "doctor":
+			os.Exit(doctor.Main(os.Args[2:], os.Stdout, os.Stderr))
+		case "install":
+			os.Exit(install.Main(os.Args[2:], bv.BuildVersion, os.Stdout, os.Stderr))
+		}
 	}
 	skel.PluginMainFuncs(plugin.New().Funcs(), version.PluginSupports(config.SupportedVersions...), bv.BuildString("rdma-netns"))
 }

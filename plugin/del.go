@@ -8,6 +8,7 @@ import (
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 
+	"github.com/rdma-netns/rdma-netns/pkg/inventory"
 	"github.com/rdma-netns/rdma-netns/pkg/rdmans"
 	"github.com/rdma-netns/rdma-netns/pkg/state"
 )
@@ -81,7 +82,7 @@ func (c *call) releaseUnrecorded() error {
 	if err != nil {
 		return err
 	}
-	if owner := liveClaim(recs, c.key(), dev); owner != nil && owner.Netns == c.args.Netns {
+	if owner := liveClaim(recs, c.key(), dev); owner != nil && c.isPodNetns(owner) {
 		c.log.Infof("RDMA device %s of %s in the pod belongs to %s; leaving it", dev, c.args.IfName, owner.Key)
 		return nil
 	}
@@ -89,7 +90,11 @@ func (c *call) releaseUnrecorded() error {
 		return fmt.Errorf("no attachment record; RDMA device %s serves %s in the pod but cannot be returned: %v; retry DEL", dev, c.args.IfName, err)
 	}
 	if podName := c.conf.PodDevName().Value; podName != "" && podName == dev {
-		c.log.Warnf("returned RDMA device %s (the port of %s) to the host without an attachment record: it was renamed in the pod and its host name is unknown, so it keeps the name %s; rename it with `rdma dev set %s name <host name>`", dev, c.args.IfName, dev, dev)
+		msg := fmt.Sprintf("returned RDMA device %s (the port of %s in netns %s, attachment %s) to the host without an attachment record: it was renamed in the pod and its host name is unknown, so it keeps the name %s; rename it with `rdma dev set %s name <host name>`", dev, c.args.IfName, c.args.Netns, c.key(), dev, dev)
+		c.log.Warnf("%s", msg)
+		if err := c.store.NoteLostName(dev, msg); err != nil {
+			c.log.Warnf("cannot leave a note for rdma-netns doctor: %v", err)
+		}
 		return nil
 	}
 	c.log.Infof("returned RDMA device %s (the port of %s) to the host; there was no usable attachment record", dev, c.args.IfName)
@@ -175,4 +180,15 @@ func (c *call) clearQoS(rec *state.Record) {
 	if err := c.p.Kernel.ClearQoS(rec.InPod()); err != nil {
 		c.log.Warnf("%v", err)
 	}
+}
+
+// isPodNetns reports whether rec's netns is the one at CNI_NETNS, whatever
+// path each names it by.
+func (c *call) isPodNetns(rec *state.Record) bool {
+	if rec.Netns == c.args.Netns {
+		return true
+	}
+	want, ok := inventory.RecordedID(rec)
+	got, err := inventory.Identify(c.args.Netns)
+	return ok && err == nil && got == want
 }

@@ -115,8 +115,17 @@ func TestDelWithoutRecordReturnsDevice(t *testing.T) {
 			}
 			e.wantWhere(tc.devName, "host")
 			e.wantWhere("rxe2", other.path()) // another pod's device stays
-			if tc.devName != "rxe1" && !strings.Contains(e.log.String(), "host name is unknown") {
-				t.Errorf("log does not warn that the host name is lost:\n%s", e.log)
+			if tc.devName != "rxe1" {
+				if !strings.Contains(e.log.String(), "host name is unknown") {
+					t.Errorf("log does not warn that the host name is lost:\n%s", e.log)
+				}
+				st, err := state.New(e.stateDir)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if notes, _ := st.LostNames(); !strings.Contains(notes[tc.devName], "host name is unknown") {
+					t.Errorf("no note for rdma-netns doctor: %v", notes)
+				}
 			}
 			if err := e.del(p, conf); err != nil {
 				t.Fatalf("second DEL: %v", err)

@@ -27,6 +27,7 @@ var (
 	seed    = flag.Uint64("seed", 0, "random seed (0: from the clock)")
 	races   = flag.Int("races", 20, "racing ADD pairs for one device")
 	kills   = flag.Int("kills", 30, "SIGKILL fault rounds")
+	reboots = flag.Int("reboots", 5, "rounds of every pod netns deleted at once without DEL")
 	verbose = flag.Bool("v", false, "log every ADD/DEL of the rounds")
 )
 
@@ -117,6 +118,8 @@ func main() {
 	phase("racing ADDs for one device", func() { raceAdds(spare) })
 	phase("SIGKILL during ADD and DEL", func() { killRounds(nics[*pods:*pods+2], rand.New(rand.NewPCG(rng.Uint64(), 1))) })
 	phase("corrupt state files", func() { corruptState(nics[*pods], nics[*pods+1]) })
+	phase("reboot: pod netns gone without DEL", func() { rebootRounds(nics[:4], *reboots) })
+	phase("state directory wiped", func() { wipedState(nics[:4]) })
 	phase("read-only and full state directory", func() { unwritableState(nics[*pods]) })
 	phase("bad input", func() { badInput(nics[*pods], nics[*pods+1]) })
 

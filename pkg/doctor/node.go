@@ -240,6 +240,7 @@ func Node(e *Env) *Report {
 	for _, d := range devs {
 		deviceFindings(r, d)
 	}
+	lostNameFindings(r, e, devs)
 	if len(devs) == 0 {
 		r.add(Warn, "devices", "node", "the RDMA subsystem is loaded but there are no RDMA devices on this node",
 			"load the NIC's RDMA driver (mlx5_ib, irdma, bnxt_re...) and check `rdma dev`")
@@ -247,6 +248,25 @@ func Node(e *Env) *Report {
 	n.Devices = devs
 	r.finish()
 	return r
+}
+
+// lostNameFindings reports host devices that a DEL without a record
+// returned under their pod-side name.
+func lostNameFindings(r *Report, e *Env, devs []Device) {
+	if _, err := os.Stat(e.StateDir); err != nil {
+		return
+	}
+	st, err := state.New(e.StateDir)
+	if err != nil {
+		return
+	}
+	notes, _ := st.LostNames()
+	for _, d := range devs {
+		if note, ok := notes[d.Name]; ok && d.Location.Host {
+			r.add(Warn, "lost-host-name", d.Name, note,
+				fmt.Sprintf("rename it to the name the driver gives it (as on the node's other devices), then delete %s", filepath.Join(e.StateDir, state.RenamedDir, d.Name)))
+		}
+	}
 }
 
 func namesOnly(names []string) []Device {

@@ -377,3 +377,20 @@ func TestNodeModes(t *testing.T) {
 		})
 	}
 }
+
+// A device DEL returned under its pod-side name, its record lost: the
+// doctor says so while the host still has it under that name.
+func TestNodeLostHostName(t *testing.T) {
+	f := newNodeFixture(t)
+	if err := f.store.NoteLostName("mlx5_0", "returned RDMA device mlx5_0 without an attachment record: its host name is unknown"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.store.NoteLostName("gone0", "a device renamed since"); err != nil {
+		t.Fatal(err)
+	}
+	r := Node(f.env)
+	lost := findingsOf(r, "lost-host-name")
+	if len(lost) != 1 || lost[0].Subject != "mlx5_0" || lost[0].Severity != Warn || !strings.Contains(lost[0].Remedy, "renamed/mlx5_0") {
+		t.Fatalf("lost-host-name findings %+v", lost)
+	}
+}

@@ -331,3 +331,47 @@ func CorruptPaths(listErr error) []string {
 	walk(listErr)
 	return out
 }
+
+// RenamedDir holds one note per device that DEL returned to the host under
+// its pod-side name because its record, and with it the host name, was
+// lost: the node keeps a device named as one pod wanted, and only a person
+// can tell which name it should have.
+const RenamedDir = "renamed"
+
+// NoteLostName records that device came back under its pod-side name.
+func (s *Store) NoteLostName(device, text string) error {
+	if err := ValidateDeviceName(device); err != nil {
+		return err
+	}
+	dir := filepath.Join(s.dir, RenamedDir)
+	if err := os.MkdirAll(dir, dirPerm); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, device), []byte(text+"\n"), filePerm)
+}
+
+// LostNames returns the notes written by NoteLostName, by device name.
+func (s *Store) LostNames() (map[string]string, error) {
+	dir := filepath.Join(s.dir, RenamedDir)
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for _, e := range entries {
+		if ValidateDeviceName(e.Name()) != nil {
+			continue
+		}
+		f, err := os.OpenFile(filepath.Join(dir, e.Name()), os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+		if err != nil {
+			continue
+		}
+		data, _ := io.ReadAll(io.LimitReader(f, 4096))
+		f.Close()
+		out[e.Name()] = strings.TrimSpace(string(data))
+	}
+	return out, nil
+}

@@ -1,0 +1,217 @@
+package conf
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/rdma-netns/rdma-netns/pkg/install"
+)
+
+// imageBinaries are the files make image puts in the image, at /NAME: the
+// NAME of every NAME=PACKAGE in the Makefile's IMAGE_BINS.
+func imageBinaries() ([]string, error) {
+	mk, err := os.ReadFile("../Makefile")
+	if err != nil {
+		return nil, err
+	}
+	m := regexp.MustCompile(`(?m)^IMAGE_BINS\s*:?=(.*)$`).FindSubmatch(mk)
+	if m == nil {
+		return nil, errors.New("no IMAGE_BINS in ../Makefile: which binaries does the image hold?")
+	}
+	var names []string
+	for _, f := range strings.Fields(string(m[1])) {
+		name, _, _ := strings.Cut(f, "=")
+		names = append(names, name)
+	}
+	return names, nil
+}
+
+// checkInstaller checks the DaemonSet against the image make image builds
+// and the flags `rdma-netns install` has: every container runs a binary
+// of the image (scratch: there is no shell), an init container installs
+// into a writable hostPath mount, and the pod keeps a container running.
+func checkInstaller(spec corev1.PodSpec, bins []string) error {
+	volumes := map[string]corev1.Volume{}
+	for _, v := range spec.Volumes {
+		volumes[v.Name] = v
+	}
+	var image string
+	installs := 0
+	check := func(c corev1.Container, init bool) error {
+		if image == "" {
+			image = c.Image
+		}
+		if c.Image != image {
+			return fmt.Errorf("image %s differs from %s: the installer needs one image", c.Image, image)
+		}
+		if len(c.Command) == 0 || !slices.Contains(bins, strings.TrimPrefix(c.Command[0], "/")) || !strings.HasPrefix(c.Command[0], "/") {
+			return fmt.Errorf("command %q does not start with one of the image's binaries /%s (the image has no shell)", c.Command, strings.Join(bins, ", /"))
+		}
+		if c.Command[0] != "/rdma-netns" || len(c.Command) < 2 || c.Command[1] != "install" {
+			return nil // the exporter, for one
+		}
+		o, err := installOptions(c.Command[2:])
+		if err != nil {
+			return err
+		}
+		if init && o.ThenWait {
+			return errors.New("init container runs install --then-wait: it never exits and the pod never starts")
+		}
+		if !init && !o.ThenWait {
+			return errors.New("container runs install without --then-wait: it exits and the kubelet restarts it forever")
+		}
+		if init {
+			installs++
+		}
+		if err := checkDest(c, o.Dest, volumes); err != nil {
+			return err
+		}
+		return checkRootNoCaps(c.SecurityContext)
+	}
+	for _, c := range spec.InitContainers {
+		if err := check(c, true); err != nil {
+			return fmt.Errorf("init container %s: %w", c.Name, err)
+		}
+	}
+	for _, c := range spec.Containers {
+		if err := check(c, false); err != nil {
+			return fmt.Errorf("container %s: %w", c.Name, err)
+		}
+	}
+	if installs == 0 {
+		return errors.New("no init container runs /rdma-netns install")
+	}
+	return nil
+}
+
+// installOptions parses the arguments after `install` with the command's
+// own flag set, as the binary will.
+func installOptions(args []string) (install.Options, error) {
+	var o install.Options
+	fl := install.FlagSet(&o)
+	fl.SetOutput(io.Discard)
+	if err := fl.Parse(args); err != nil {
+		return o, fmt.Errorf("rdma-netns install %q: %w", args, err)
+	}
+	if fl.NArg() > 0 {
+		return o, fmt.Errorf("rdma-netns install takes no argument %q", fl.Arg(0))
+	}
+	return o, nil
+}
+
+// checkDest: --dest must be where the host's directory is mounted, writable.
+func checkDest(c corev1.Container, dest string, volumes map[string]corev1.Volume) error {
+	for _, m := range c.VolumeMounts {
+		if m.MountPath != dest {
+			continue
+		}
+		v := volumes[m.Name]
+		if v.HostPath == nil || v.HostPath.Type == nil || *v.HostPath.Type != corev1.HostPathDirectory {
+			return fmt.Errorf("--dest %s is volume %q, want a hostPath of type Directory (the node's CNI bin dir, never created by mistake)", dest, m.Name)
+		}
+		if m.ReadOnly {
+			return fmt.Errorf("--dest %s is mounted readOnly", dest)
+		}
+		return nil
+	}
+	return fmt.Errorf("--dest %s is not a volumeMount of the container: it would install into the container's own file system", dest)
+}
+
+// checkRootNoCaps: root owns /opt/cni/bin, so the installer runs as uid 0,
+// but with nothing else.
+func checkRootNoCaps(sc *corev1.SecurityContext) error {
+	switch {
+	case sc == nil || sc.RunAsUser == nil || *sc.RunAsUser != 0:
+		return errors.New("must run as uid 0, the owner of /opt/cni/bin")
+	case sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem:
+		return errors.New("needs readOnlyRootFilesystem: it writes only to --dest")
+	case sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation:
+		return errors.New("needs allowPrivilegeEscalation: false")
+	case sc.Capabilities == nil || !slices.Contains(sc.Capabilities.Drop, "ALL") || len(sc.Capabilities.Add) > 0:
+		return errors.New(`must drop ALL capabilities and add none: uid 0 owning the directory is enough`)
+	}
+	return nil
+}
+
+func loadDaemonSet(t *testing.T) *appsv1.DaemonSet {
+	t.Helper()
+	data, err := os.ReadFile("daemonset.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := decodeManifests("daemonset.yaml", data)
+	if err != nil || len(objs) != 1 {
+		t.Fatalf("daemonset.yaml: %d objects, %v", len(objs), err)
+	}
+	return objs[0].obj.(*appsv1.DaemonSet)
+}
+
+// Every way the installer could be misconfigured against the binary's
+// flags, the image or the mount is caught; each case edits the real file.
+func TestInstallerRejects(t *testing.T) {
+	bins, err := imageBinaries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		edit func(*corev1.PodSpec)
+		want string
+	}{
+		{"valid baseline", func(*corev1.PodSpec) {}, ""},
+		{"unknown install flag", func(s *corev1.PodSpec) {
+			s.InitContainers[0].Command = []string{"/rdma-netns", "install", "--destination", "/host/opt/cni/bin"}
+		}, "flag provided but not defined: -destination"},
+		{"stray argument", func(s *corev1.PodSpec) {
+			s.InitContainers[0].Command = append(s.InitContainers[0].Command, "/opt/cni/bin")
+		}, "no argument"},
+		{"shell", func(s *corev1.PodSpec) {
+			s.InitContainers[0].Command = []string{"/bin/sh", "-c", "cp /rdma-netns /host/opt/cni/bin/"}
+		}, "no shell"},
+		{"dest not mounted", func(s *corev1.PodSpec) {
+			s.InitContainers[0].Command = []string{"/rdma-netns", "install", "--dest", "/opt/cni/bin"}
+		}, "not a volumeMount"},
+		{"dest read-only", func(s *corev1.PodSpec) { s.InitContainers[0].VolumeMounts[0].ReadOnly = true }, "readOnly"},
+		{"dest an emptyDir", func(s *corev1.PodSpec) {
+			s.Volumes[0].VolumeSource = corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}
+		}, "hostPath of type Directory"},
+		{"init container waits", func(s *corev1.PodSpec) {
+			s.InitContainers[0].Command = append(s.InitContainers[0].Command, "--then-wait")
+		}, "never starts"},
+		{"main container exits", func(s *corev1.PodSpec) {
+			s.Containers[0].Command = s.Containers[0].Command[:len(s.Containers[0].Command)-1]
+		}, "restarts it forever"},
+		{"second image", func(s *corev1.PodSpec) { s.Containers[0].Image = "registry.k8s.io/pause:3.10" }, "one image"},
+		{"not root", func(s *corev1.PodSpec) { uid := int64(1000); s.InitContainers[0].SecurityContext.RunAsUser = &uid }, "uid 0"},
+		{"a capability", func(s *corev1.PodSpec) {
+			s.InitContainers[0].SecurityContext.Capabilities.Add = []corev1.Capability{"DAC_OVERRIDE"}
+		}, "drop ALL"},
+		{"no installer", func(s *corev1.PodSpec) { s.InitContainers = nil }, "no init container"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			spec := loadDaemonSet(t).Spec.Template.Spec
+			tc.edit(&spec)
+			err := checkInstaller(spec, bins)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("daemonset.yaml rejected: %v", err)
+			case tc.want != "" && err == nil:
+				t.Fatalf("accepted, want an error containing %q", tc.want)
+			case tc.want != "" && !strings.Contains(err.Error(), tc.want):
+				t.Fatalf("error %q does not contain %q", err, tc.want)
+			}
+			if err != nil {
+				t.Logf("rejected: %v", err)
+			}
+		})
+	}
+}

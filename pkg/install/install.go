@@ -1,0 +1,242 @@
+// Package install is `rdma-netns install`: the binary copies itself into a
+// CNI bin directory, which is all the DaemonSet's image has to do, so the
+// image needs no shell and no cp.
+//
+// The container runtime may execute the plugin at any moment (any pod start
+// or stop on the node), so it must never see a half-written file: the copy
+// is written under a temporary name in the destination directory, synced,
+// run once (CNI VERSION) to prove it executes on this node, and renamed over
+// the old binary. rename(2) within one directory is atomic, and a plugin run
+// in progress keeps the old inode and finishes normally.
+package install
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+const usage = `Usage: rdma-netns install [--dest DIR] [--name NAME] [--then-wait]
+
+Copies this binary into the CNI bin directory DIR as NAME, atomically: it
+writes a temporary file in DIR, syncs it, checks that it answers CNI VERSION,
+sets mode 0755 and renames it over DIR/NAME. A plugin run in progress keeps
+the old file. On any failure DIR/NAME is left as it was.
+
+With --then-wait it then sleeps until SIGTERM or SIGINT and exits 0: the
+long-running container of a DaemonSet that only installs.
+
+Flags:
+`
+
+// Options is what the command line asks for.
+type Options struct {
+	Dest     string // directory to install into
+	Name     string // file name in Dest
+	ThenWait bool   // sleep until a termination signal after installing
+}
+
+// FlagSet returns the flags of `rdma-netns install` bound to o, with the
+// defaults set. Manifests that run the command are checked against it.
+func FlagSet(o *Options) *flag.FlagSet {
+	fl := flag.NewFlagSet("rdma-netns install", flag.ContinueOnError)
+	fl.StringVar(&o.Dest, "dest", "/opt/cni/bin", "CNI bin `DIR` to install into (in a DaemonSet: where the host's directory is mounted)")
+	fl.StringVar(&o.Name, "name", "rdma-netns", "file `NAME` in DIR: the plugin type the network configurations use")
+	fl.BoolVar(&o.ThenWait, "then-wait", false, "after installing, sleep until SIGTERM or SIGINT")
+	return fl
+}
+
+// Main runs `rdma-netns install` with the arguments after "install" and
+// returns the exit status: 0 installed, 1 failed, 2 usage error. version is
+// the build's, for the log line.
+func Main(args []string, version string, stdout, stderr io.Writer) int {
+	var o Options
+	fl := FlagSet(&o)
+	fl.SetOutput(stderr)
+	fl.Usage = func() {
+		fmt.Fprint(stderr, usage)
+		fl.PrintDefaults()
+	}
+	if err := fl.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			return 0
+		}
+		return 2
+	}
+	if fl.NArg() > 0 {
+		fmt.Fprintf(stderr, "rdma-netns install: unexpected argument %q\n", fl.Arg(0))
+		fl.Usage()
+		return 2
+	}
+	if o.Name == "" || strings.ContainsRune(o.Name, '/') || o.Name == "." || o.Name == ".." {
+		fmt.Fprintf(stderr, "rdma-netns install: --name %q must be a plain file name\n", o.Name)
+		return 2
+	}
+	self, err := os.Executable()
+	if err != nil {
+		fmt.Fprintf(stderr, "rdma-netns install: cannot find this binary to copy: %v\n", err)
+		return 1
+	}
+	cniVersions, err := Install(self, o.Dest, o.Name)
+	if err != nil {
+		fmt.Fprintf(stderr, "rdma-netns install: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "installed %s (%s, CNI versions %s)\n", filepath.Join(o.Dest, o.Name), version, cniVersions)
+	if o.ThenWait {
+		waitForSignal()
+	}
+	return 0
+}
+
+// waitForSignal returns when the process is asked to stop; the kubelet
+// sends SIGTERM when it deletes the pod.
+func waitForSignal() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	<-ctx.Done()
+}
+
+// Install copies the executable src to dir/name atomically and returns the
+// CNI versions the installed copy reported. On error dir/name is untouched
+// and no temporary file is left behind.
+func Install(src, dir, name string) (string, error) {
+	if err := checkDir(dir); err != nil {
+		return "", err
+	}
+	tmp, err := writeTemp(src, dir, name)
+	if err != nil {
+		return "", err
+	}
+	installed := false
+	defer func() {
+		if !installed {
+			os.Remove(tmp)
+		}
+	}()
+	version, err := checkRuns(tmp)
+	if err != nil {
+		return "", err
+	}
+	target := filepath.Join(dir, name)
+	if err := os.Rename(tmp, target); err != nil {
+		return "", fmt.Errorf("cannot rename %s to %s: %w; %s is unchanged", tmp, target, err, target)
+	}
+	installed = true
+	// The rename is durable only once the directory is: without this a
+	// crash of the node could bring back the old binary, or none.
+	if err := syncDir(dir); err != nil {
+		return "", fmt.Errorf("installed %s, but cannot sync directory %s: %w", target, dir, err)
+	}
+	return version, nil
+}
+
+func checkDir(dir string) error {
+	fi, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return fmt.Errorf("destination directory %s does not exist: mount the host's CNI bin directory there (hostPath /opt/cni/bin, or the runtime's bin_dir) or pass --dest", dir)
+	case err != nil:
+		return fmt.Errorf("cannot use destination directory %s: %w", dir, err)
+	case !fi.IsDir():
+		return fmt.Errorf("destination %s is not a directory: --dest names the CNI bin directory, not the binary", dir)
+	}
+	return nil
+}
+
+// writeTemp copies src to a new file in dir and syncs it. The name starts
+// with a dot so that nothing listing plugins mistakes it for one.
+func writeTemp(src, dir, name string) (string, error) {
+	in, err := os.Open(src)
+	if err != nil {
+		return "", fmt.Errorf("cannot read this binary at %s: %w", src, err)
+	}
+	defer in.Close()
+	out, err := os.CreateTemp(dir, "."+name+".install-*")
+	if err != nil {
+		return "", fmt.Errorf("cannot create a file in %s: %w%s", dir, err, hint(err))
+	}
+	tmp := out.Name()
+	fail := func(what string, err error) (string, error) {
+		out.Close()
+		os.Remove(tmp)
+		return "", fmt.Errorf("cannot %s %s: %w%s", what, tmp, err, hint(err))
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		return fail("write", err)
+	}
+	if err := out.Chmod(0o755); err != nil {
+		return fail("chmod", err)
+	}
+	if err := out.Sync(); err != nil {
+		return fail("sync", err)
+	}
+	if err := out.Close(); err != nil {
+		return fail("close", err)
+	}
+	return tmp, nil
+}
+
+// hint says what an operator can do about the usual errors of writing into
+// a hostPath directory.
+func hint(err error) string {
+	switch {
+	case errors.Is(err, syscall.EROFS):
+		return ": the directory is mounted read-only; mount it read-write (volumeMounts readOnly: false)"
+	case errors.Is(err, syscall.EACCES), errors.Is(err, syscall.EPERM):
+		return ": run as the directory's owner (runAsUser: 0 for /opt/cni/bin)"
+	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
+		return ": the filesystem is full"
+	}
+	return ""
+}
+
+// checkRuns executes the copy as a runtime would for CNI VERSION: a copy
+// that cannot run here (noexec mount, wrong architecture, truncated file)
+// must not replace one that can.
+func checkRuns(path string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, path)
+	cmd.Env = []string{"CNI_COMMAND=VERSION"}
+	cmd.Stdin = strings.NewReader(`{"cniVersion":"1.0.0"}`)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		why := "is the directory mounted noexec, or the image built for another architecture?"
+		if ctx.Err() != nil {
+			why = "it did not answer within 10s."
+		}
+		if msg := strings.TrimSpace(stderr.String()); msg != "" {
+			err = fmt.Errorf("%w: %s", err, msg)
+		}
+		return "", fmt.Errorf("the copy %s does not run CNI VERSION (%v): %s The installed binary is unchanged", path, err, why)
+	}
+	var info struct {
+		SupportedVersions []string `json:"supportedVersions"`
+	}
+	if err := json.Unmarshal(stdout.Bytes(), &info); err != nil || len(info.SupportedVersions) == 0 {
+		return "", fmt.Errorf("the copy %s answers CNI VERSION with %q, not a version list: is this binary a CNI plugin? The installed binary is unchanged", path, stdout.String())
+	}
+	return strings.Join(info.SupportedVersions, ", "), nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
