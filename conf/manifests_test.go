@@ -281,6 +281,8 @@ func confFiles(t *testing.T, exts ...string) []string {
 func TestManifests(t *testing.T) {
 	nads := map[string]bool{}
 	podNetworks := map[string][]string{} // pod -> networks it asks for
+	wantsDeviceID := map[string]string{} // NAD -> file, for device-info without a resource
+	selectedByID := map[string]bool{}    // networks some pod selects with a deviceID
 	for _, f := range confFiles(t, ".yaml", ".yml") {
 		data, err := os.ReadFile(f)
 		if err != nil {
@@ -302,13 +304,28 @@ func TestManifests(t *testing.T) {
 				if err := checkChain([]byte(obj.Spec.Config), obj.Name, deviceIDFor(obj)); err != nil {
 					t.Errorf("%s: NetworkAttachmentDefinition %s: spec.config: %v", o.where, obj.Name, err)
 				}
+				if deviceIDFor(obj) == "" && declaresDeviceInfo([]byte(obj.Spec.Config)) {
+					wantsDeviceID[obj.Name] = o.where
+				}
 			case *corev1.Pod:
 				nets, err := networksOf(obj)
 				if err != nil {
 					t.Errorf("%s: %v", o.where, err)
 				}
 				podNetworks[o.where] = nets
+				for _, n := range selectedWithDeviceID(obj) {
+					selectedByID[n] = true
+				}
 			}
+		}
+	}
+	// Multus passes a CNIDeviceInfoFile only to an attachment with a
+	// deviceID (e2e/multus shows it): from a resourceName, or from the pod's
+	// network-selection element. Without either the capability promises a
+	// network-status device-info that never appears.
+	for nad, where := range wantsDeviceID {
+		if !selectedByID[nad] {
+			t.Errorf("%s: NetworkAttachmentDefinition %s declares CNIDeviceInfoFile but has no resourceName and no pod in conf/ selects it with a deviceID: Multus would pass no device-info file", where, nad)
 		}
 	}
 	for pod, nets := range podNetworks {
@@ -382,6 +399,40 @@ func networksOf(pod *corev1.Pod) ([]string, error) {
 		names = append(names, n)
 	}
 	return names, nil
+}
+
+// declaresDeviceInfo says whether the rdma-netns entry of a chain asks for
+// the device-info file.
+func declaresDeviceInfo(raw []byte) bool {
+	list, err := libcni.NetworkConfFromBytes(raw)
+	if err != nil {
+		return false
+	}
+	for _, p := range list.Plugins {
+		if p.Network.Type == "rdma-netns" && p.Network.Capabilities["CNIDeviceInfoFile"] {
+			return true
+		}
+	}
+	return false
+}
+
+// selectedWithDeviceID lists the networks the pod selects with a deviceID in
+// the JSON form of the networks annotation.
+func selectedWithDeviceID(pod *corev1.Pod) []string {
+	var sel []struct {
+		Name     string `json:"name"`
+		DeviceID string `json:"deviceID"`
+	}
+	if json.Unmarshal([]byte(pod.Annotations["k8s.v1.cni.cncf.io/networks"]), &sel) != nil {
+		return nil
+	}
+	var names []string
+	for _, s := range sel {
+		if s.DeviceID != "" {
+			names = append(names, s.Name)
+		}
+	}
+	return names
 }
 
 func TestConflists(t *testing.T) {

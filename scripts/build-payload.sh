@@ -3,8 +3,9 @@
 # scripts/vm-run.sh expects): cni/ holds CNI plugins for /opt/cni/bin, bin/
 # holds test binaries for /usr/local/bin, the rest lands in /payload.
 #
-# host-device, static and cnitool are built from their own modules at the
-# versions go.mod requires, so the VM runs exactly the code we depend on.
+# host-device, static, loopback and cnitool are built from their own modules
+# at the versions go.mod requires, so the VM runs exactly the code we depend
+# on. The Multus tests come from their own module, e2e/multus.
 #
 # Usage: build-payload.sh OUTDIR [extra guest scripts...]
 set -euo pipefail
@@ -23,13 +24,16 @@ cni=$(go list -m -f '{{.Version}}' github.com/containernetworking/cni)
 log "rdma-netns"
 go build -trimpath -o "$out/cni/rdma-netns" .
 # go install caches by version: after the first run these take a second.
-log "host-device, static $plugins; cnitool $cni"
+log "host-device, static, loopback $plugins; cnitool $cni"
 GOBIN="$out/cni" go install \
   "github.com/containernetworking/plugins/plugins/main/host-device@$plugins" \
-  "github.com/containernetworking/plugins/plugins/ipam/static@$plugins"
+  "github.com/containernetworking/plugins/plugins/ipam/static@$plugins" \
+  "github.com/containernetworking/plugins/plugins/main/loopback@$plugins"
 GOBIN="$out/bin" go install "github.com/containernetworking/cni/cnitool@$cni"
 log "e2e test binary"
 go test -c -tags e2e -o "$out/bin/e2e.test" ./e2e
+log "Multus e2e test binary (Multus and client-go, stripped)"
+(cd e2e/multus && go test -c -tags e2e -ldflags '-s -w' -o "$out/bin/multus.test" .)
 log "bench and stress programs"
 go build -trimpath -o "$out/bin/rdma-netns-bench" ./e2e/bench
 go build -trimpath -o "$out/bin/rdma-netns-stress" ./e2e/stress
