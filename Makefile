@@ -59,9 +59,13 @@ e2e: payload
 demo: payload
 	@$(VM_RUN) --nics 3 --payload $(PAYLOAD) -- /payload/demo.sh
 
-## bench: cost of ADD/DEL against the kernel's own cost of the move, and
-## scale to 16 NICs, in the test VM; the table lands in $(OUT)/bench.txt.
+## bench: cost of ADD/DEL against the kernel's own cost of the move and
+## against upstream rdma-cni (built from the Go module proxy at
+## UPSTREAM_RDMA_CNI), and scale to 16 NICs, in the test VM; the table
+## lands in $(OUT)/bench.txt.
 BENCH_FLAGS ?=
+UPSTREAM_RDMA_CNI ?= v1.6.0
+bench: export PAYLOAD_UPSTREAM = $(UPSTREAM_RDMA_CNI)
 bench: payload
 	@{ $(VM_RUN) --nics 17 --payload $(PAYLOAD) -- rdma-netns-bench $(BENCH_FLAGS); echo $$? > $(OUT)/bench.rc; } | tee $(OUT)/bench.log
 	@sed -n '/^=== BENCH TABLE BEGIN ===/,/^=== BENCH TABLE END ===/p' $(OUT)/bench.log | sed '1d;$$d' > $(OUT)/bench.txt

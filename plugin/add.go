@@ -112,18 +112,31 @@ func (c *call) add() error {
 	return c.attach(rec)
 }
 
-// attach performs the move. The record is written first as "moving" so a
-// crash at any later point leaves enough for DEL or a retried ADD to finish
-// or undo the job; every later failure undoes what was done.
+// attach performs the move; every failure undoes what was done. The record
+// is written once, as "attached", after the move: a crash between the move
+// and that write leaves the device in the pod bound to CNI_IFNAME, where
+// DEL without a record and a retried ADD find it through the kernel. A
+// rename or rdmaQoS follows the move with changes only a record can undo
+// (the host name, the rdma_cm settings group), so then the record is also
+// written before the move, as "moving".
 func (c *call) attach(rec *state.Record) error {
-	if err := c.store.Put(rec); err != nil {
-		return fmt.Errorf("cannot record the attachment of RDMA device %s before moving it: %v; nothing was changed", rec.Device, err)
+	early := rec.PodName != "" || c.qos() != nil
+	if early {
+		if err := c.store.Put(rec); err != nil {
+			return fmt.Errorf("cannot record the attachment of RDMA device %s before moving it: %v; nothing was changed", rec.Device, err)
+		}
 	}
 	var undo []func() error
 	rollback := func(cause error) error {
 		for i := len(undo) - 1; i >= 0; i-- {
 			if err := undo[i](); err != nil {
 				c.log.Errorf("rollback: %v", err)
+				if !early {
+					// The device may still be in the pod: leave DEL a record.
+					if perr := c.store.Put(rec); perr != nil {
+						c.log.Errorf("rollback: recording the attachment for DEL: %v", perr)
+					}
+				}
 				return fmt.Errorf("%v; rolling back also failed: %v (the attachment record was kept so DEL can finish the cleanup)", cause, err)
 			}
 		}

@@ -112,28 +112,16 @@ func (c *call) release(rec *state.Record, netnsPath string) error {
 		c.awaitReturn(rec)
 		return c.restoreHostName(rec)
 	}
-	name := rec.InPod()
-	inPod, err := c.p.Kernel.InNetns(netnsPath, name)
-	if err == nil && !inPod && rec.PodName != "" {
-		// An ADD or DEL killed between the move and the rename left the
-		// device in the pod under its host name.
-		name = rec.Device
-		inPod, err = c.p.Kernel.InNetns(netnsPath, name)
-	}
+	// One visit to the pod: the device is looked for under its pod-side
+	// name, then under its host name (an ADD or DEL killed between the
+	// move and the rename left it so), renamed back and moved.
+	found, err := c.p.Kernel.Release(netnsPath, rec.Device, rec.PodName)
 	if err != nil {
-		return fmt.Errorf("cannot look for RDMA device %s in netns %s: %v", name, netnsPath, err)
+		return fmt.Errorf("%v; the attachment record is kept, retry DEL", err)
 	}
-	if !inPod {
+	if !found {
 		c.log.Infof("RDMA device %s is not in netns %s (already back in the host, or gone)", rec.InPod(), netnsPath)
 		return c.restoreHostName(rec)
-	}
-	if name != rec.Device {
-		if err := c.p.Kernel.Rename(netnsPath, rec.PodName, rec.Device); err != nil {
-			return fmt.Errorf("cannot restore the name of RDMA device %s (called %s in the pod): %v; retry DEL", rec.Device, rec.PodName, err)
-		}
-	}
-	if err := c.p.Kernel.MoveToHost(rec.Device, netnsPath); err != nil {
-		return fmt.Errorf("%v; the attachment record is kept, retry DEL", err)
 	}
 	c.log.Infof("returned RDMA device %s to the host", rec.Device)
 	return nil

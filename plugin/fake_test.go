@@ -122,6 +122,27 @@ func (k *fakeKernel) MoveToHost(dev, nsPath string) error {
 	return nil
 }
 
+// Release is the kernel's answer to rdmans.Release, from the primitives.
+func (k *fakeKernel) Release(nsPath, hostName, podName string) (bool, error) {
+	name := hostName
+	if podName != "" && podName != hostName {
+		if in, err := k.InNetns(nsPath, podName); err != nil {
+			return false, err
+		} else if in {
+			name = podName
+		}
+	}
+	if in, err := k.InNetns(nsPath, name); err != nil || !in {
+		return false, err
+	}
+	if name != hostName {
+		if err := k.Rename(nsPath, podName, hostName); err != nil {
+			return true, err
+		}
+	}
+	return true, k.MoveToHost(hostName, nsPath)
+}
+
 func (k *fakeKernel) Rename(nsPath, from, to string) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()

@@ -33,6 +33,10 @@ type Kernel interface {
 	InNetns(nsPath, dev string) (bool, error)
 	MoveToNetns(dev, nsPath string) error
 	MoveToHost(dev, nsPath string) error
+	// Release returns the device from nsPath under hostName, renaming it
+	// back first when it carries podName there; found is false when the
+	// pod has it under neither name.
+	Release(nsPath, hostName, podName string) (found bool, err error)
 	// DeviceOfNetdev names the RDMA device in the netns at nsPath whose
 	// port is bound to netdev ifName, "" if none.
 	DeviceOfNetdev(nsPath, ifName string) (string, error)

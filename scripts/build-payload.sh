@@ -39,6 +39,17 @@ go build -trimpath -o "$out/bin/rdma-netns-bench" ./e2e/bench
 go build -trimpath -o "$out/bin/rdma-netns-stress" ./e2e/stress
 log "exporter"
 go build -trimpath -o "$out/bin/rdma-netns-exporter" ./cmd/rdma-netns-exporter
+go build -trimpath -o "$out/bin/rdma-netns-floor" ./e2e/bench/floor
+# The plugin rdma-netns replaces, as `make bench`'s anchor: upstream
+# rdma-cni built from the Go module proxy in its own module (its go.mod and
+# go.sum), never vendored here. Only when asked: it is not a test dependency.
+if [ -n "${PAYLOAD_UPSTREAM:-}" ]; then
+  log "upstream rdma-cni $PAYLOAD_UPSTREAM"
+  dir=$(cd / && GOWORK=off go mod download -json "github.com/k8snetworkplumbingwg/rdma-cni@$PAYLOAD_UPSTREAM" |
+    sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+  [ -d "$dir" ] || { log "cannot download rdma-cni $PAYLOAD_UPSTREAM"; exit 1; }
+  (cd "$dir" && go build -trimpath -o "$out/bin/rdma-cni-upstream" ./cmd/rdma)
+fi
 for f in "$@"; do
   cp "$f" "$out/"
 done

@@ -18,6 +18,42 @@ type syscallCounts struct {
 	Total int
 	Cat   map[string]int
 	Paths map[string]int // sysfs and state paths touched (openat/stat/readlink)
+	ByNr  map[uint64]int
+}
+
+// sysNames names the x86-64 system calls a Go process makes most.
+var sysNames = map[uint64]string{
+	0: "read", 1: "write", 3: "close", 5: "fstat", 8: "lseek", 9: "mmap", 10: "mprotect", 11: "munmap",
+	13: "rt_sigaction", 14: "rt_sigprocmask", 15: "rt_sigreturn", 16: "ioctl", 24: "sched_yield", 28: "madvise",
+	35: "nanosleep", 39: "getpid", 41: "socket", 44: "sendto", 45: "recvfrom", 49: "bind", 51: "getsockname",
+	54: "setsockopt", 56: "clone", 72: "fcntl", 73: "flock", 74: "fsync", 82: "rename", 131: "sigaltstack",
+	137: "statfs", 138: "fstatfs", 186: "gettid", 202: "futex", 204: "sched_getaffinity", 217: "getdents64",
+	230: "clock_nanosleep", 231: "exit_group", 232: "epoll_wait", 233: "epoll_ctl", 234: "tgkill", 257: "openat",
+	262: "newfstatat", 263: "unlinkat", 267: "readlinkat", 281: "epoll_pwait", 290: "eventfd2", 291: "epoll_create1",
+	302: "prlimit64", 308: "setns", 318: "getrandom", 332: "statx", 435: "clone3", 60: "exit", 89: "readlink",
+	4: "stat", 6: "lstat", 2: "open", 7: "poll", 23: "select", 270: "pselect6", 271: "ppoll",
+}
+
+// top lists the n most frequent system calls.
+func (s syscallCounts) top(n int) string {
+	type kv struct {
+		nr uint64
+		c  int
+	}
+	var all []kv
+	for nr, c := range s.ByNr {
+		all = append(all, kv{nr, c})
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].c > all[j].c || all[i].c == all[j].c && all[i].nr < all[j].nr })
+	var out []string
+	for i := 0; i < len(all) && i < n; i++ {
+		name := sysNames[all[i].nr]
+		if name == "" {
+			name = fmt.Sprintf("#%d", all[i].nr)
+		}
+		out = append(out, fmt.Sprintf("%s=%d", name, all[i].c))
+	}
+	return strings.Join(out, " ")
 }
 
 // x86-64 syscall numbers of interest.
@@ -71,7 +107,11 @@ func trace(c rig.Call) (syscallCounts, rig.Run, error) {
 	in.Write(c.Stdin)
 	in.Seek(0, 0)
 
-	cmd := exec.Command(rig.Plugin)
+	bin := c.Bin
+	if bin == "" {
+		bin = rig.Plugin
+	}
+	cmd := exec.Command(bin)
 	cmd.Env = callEnv(c)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = in, out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Ptrace: true}
@@ -89,7 +129,7 @@ func trace(c rig.Call) (syscallCounts, rig.Run, error) {
 	}
 	syscall.PtraceSyscall(pid, 0)
 
-	counts := syscallCounts{Cat: map[string]int{}, Paths: map[string]int{}}
+	counts := syscallCounts{Cat: map[string]int{}, Paths: map[string]int{}, ByNr: map[uint64]int{}}
 	inSys := map[int]bool{}
 	var exitStatus syscall.WaitStatus
 	for {
@@ -165,6 +205,7 @@ func peekString(pid int, addr uintptr) string {
 func (s *syscallCounts) record(pid int, r *syscall.PtraceRegs) {
 	s.Total++
 	nr := r.Orig_rax
+	s.ByNr[nr]++
 	path := func(addr uint64) {
 		p := peekString(pid, uintptr(addr))
 		var cat string

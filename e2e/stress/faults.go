@@ -389,11 +389,18 @@ func unwritableState(n rig.NIC) {
 		a.close()
 	}
 
-	// Full after the first record: root + lock + one record = 3 inodes.
+	// The state write after the move fails. A renamed device's record is
+	// written before the move too: the directory holds root + lock + that
+	// record (3 inodes) and the rewrite after the move finds no room. A
+	// plain move writes its record only after the move: root + lock (2).
 	full := "/run/stress-state-full"
 	os.MkdirAll(full, 0o700)
 	for _, rename := range []bool{false, true} {
-		if err := mount("-t", "tmpfs", "-o", "mode=0700,nr_inodes=3", "tmpfs", full); err != nil {
+		inodes := 2
+		if rename {
+			inodes = 3
+		}
+		if err := mount("-t", "tmpfs", "-o", fmt.Sprintf("mode=0700,nr_inodes=%d", inodes), "tmpfs", full); err != nil {
 			failf("%v", err)
 			return
 		}
@@ -413,7 +420,7 @@ func unwritableState(n rig.NIC) {
 		if !r.Failed() {
 			failf("full: ADD succeeded although the attached record cannot be written")
 		} else {
-			observe("ADD whose second state write fails (device already moved): %s", firstLine(r.Msg()))
+			observe("ADD whose state write after the move fails (rename %v): %s", rename, firstLine(r.Msg()))
 		}
 		if err := a.detachedOK(); err != nil {
 			failf("full (rename %v): ADD did not roll the move back: %v", rename, err)

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"regexp"
 	"strings"
 
 	"github.com/containernetworking/cni/pkg/types"
@@ -85,12 +84,32 @@ type PerPodArgs struct {
 	RdmaDevName string `json:"rdmaDevName,omitempty"`
 }
 
-// rdmaNameRe accepts the names the kernel and udev give RDMA devices
+// validRDMAName accepts the names the kernel and udev give RDMA devices
 // (mlx5_0, irdma1, rocep47s0f0, rxe_eth1). The kernel limit is 63 bytes.
-var rdmaNameRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]{0,62}$`)
+func validRDMAName(s string) bool { return nameLike(s, 63) }
 
-// deviceIDRe accepts PCI addresses and auxiliary device names.
-var deviceIDRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$`)
+// validDeviceID accepts PCI addresses and auxiliary device names.
+func validDeviceID(s string) bool { return nameLike(s, 128) }
+
+// nameLike reports whether s is 1 to max letters, digits, '_', '.', ':' or
+// '-', starting with a letter or digit. Written out rather than as a
+// regexp: a package-level regexp with a bounded repetition is compiled at
+// every start of the binary, and that start is paid on every CNI call.
+func nameLike(s string, max int) bool {
+	if len(s) == 0 || len(s) > max {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		b := s[i]
+		switch {
+		case 'a' <= b && b <= 'z', 'A' <= b && b <= 'Z', '0' <= b && b <= '9':
+		case i > 0 && (b == '_' || b == '.' || b == ':' || b == '-'):
+		default:
+			return false
+		}
+	}
+	return true
+}
 
 var logLevels = map[string]bool{"": true, "error": true, "warn": true, "warning": true, "info": true, "debug": true}
 
@@ -142,7 +161,7 @@ func (c *NetConf) validate() error {
 		{"args.cni.rdmaDevName", c.argsCNI().RdmaDevName},
 		{"CNI_ARGS rdmaDevName", c.CNIArgs.RdmaDevName},
 	} {
-		if f.val != "" && !rdmaNameRe.MatchString(f.val) {
+		if f.val != "" && !validRDMAName(f.val) {
 			errs = append(errs, fmt.Errorf("%s %q is not a valid RDMA device name (letters, digits, '_', '.', ':', '-', at most 63 characters)", f.field, f.val))
 		}
 	}
@@ -151,7 +170,7 @@ func (c *NetConf) validate() error {
 		{"pciBusID", c.PCIBusID},
 		{"runtimeConfig.deviceID", c.RuntimeConfig.DeviceID},
 	} {
-		if f.val != "" && !deviceIDRe.MatchString(f.val) {
+		if f.val != "" && !validDeviceID(f.val) {
 			errs = append(errs, fmt.Errorf("%s %q is not a PCI address or auxiliary device name", f.field, f.val))
 		}
 	}
@@ -267,7 +286,7 @@ func parseCNIArgs(s string) (PerPodArgs, PodRef, error) {
 		case "rdmaDevName":
 			a.RdmaDevName = v
 		case "K8S_POD_NAMESPACE", "K8S_POD_NAME":
-			if !k8sNameRe.MatchString(v) {
+			if !validK8sName(v) {
 				return a, pod, fmt.Errorf("CNI_ARGS %s %q is not a Kubernetes name", k, v)
 			}
 			if k == "K8S_POD_NAME" {
@@ -280,6 +299,21 @@ func parseCNIArgs(s string) (PerPodArgs, PodRef, error) {
 	return a, pod, nil
 }
 
-// k8sNameRe is a DNS subdomain, what Kubernetes allows for namespace and
-// pod names.
-var k8sNameRe = regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$`)
+// validK8sName accepts a DNS subdomain, what Kubernetes allows for
+// namespace and pod names: 1 to 253 of [-a-z0-9.], starting and ending
+// with [a-z0-9]. Written out for the reason nameLike is.
+func validK8sName(s string) bool {
+	if len(s) == 0 || len(s) > 253 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		b := s[i]
+		switch {
+		case 'a' <= b && b <= 'z', '0' <= b && b <= '9':
+		case (b == '-' || b == '.') && i > 0 && i < len(s)-1:
+		default:
+			return false
+		}
+	}
+	return true
+}

@@ -2,9 +2,36 @@ package config
 
 import (
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
+
+// The documented patterns, the oracle for the hand-written checks.
+var (
+	rdmaNameRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]{0,62}$`)
+	deviceIDRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$`)
+	k8sNameRe  = regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$`)
+)
+
+// FuzzNameChecks holds the hand-written name checks to the patterns the
+// error messages and README describe, both ways.
+func FuzzNameChecks(f *testing.F) {
+	for _, s := range []string{"", "mlx5_0", "rocep47s0f0", "_x", "a-", "0000:3b:00.2", "mlx5_core.sf.2", "a/b", "a b", "é", "default", "kube-system", "a.b-c", "-a", "a-", "A", strings.Repeat("c", 253), strings.Repeat("c", 254), strings.Repeat("a", 63), strings.Repeat("a", 64), strings.Repeat("b", 128), strings.Repeat("b", 129)} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if got, want := validRDMAName(s), rdmaNameRe.MatchString(s); got != want {
+			t.Fatalf("validRDMAName(%q) = %v, pattern says %v", s, got, want)
+		}
+		if got, want := validDeviceID(s), deviceIDRe.MatchString(s); got != want {
+			t.Fatalf("validDeviceID(%q) = %v, pattern says %v", s, got, want)
+		}
+		if got, want := validK8sName(s), k8sNameRe.MatchString(s); got != want {
+			t.Fatalf("validK8sName(%q) = %v, pattern says %v", s, got, want)
+		}
+	})
+}
 
 func FuzzParse(f *testing.F) {
 	// The rdma-netns entry of a real conflist as the runtime hands it over,
@@ -62,7 +89,7 @@ func FuzzParse(f *testing.F) {
 			c.ExplicitDevice().Value, c.PodDevName().Value,
 		} {
 			if n != "" && !rdmaNameRe.MatchString(n) {
-				t.Fatalf("accepted RDMA device name %q fails rdmaNameRe", n)
+				t.Fatalf("accepted RDMA device name %q does not match the documented pattern", n)
 			}
 			if strings.Contains(n, "/") || n == "." || n == ".." {
 				t.Fatalf("accepted RDMA device name %q could escape a directory", n)
@@ -70,7 +97,7 @@ func FuzzParse(f *testing.F) {
 		}
 		for _, id := range []string{c.DeviceID, c.PCIBusID, c.RuntimeConfig.DeviceID, c.DeviceIDSource().Value} {
 			if id != "" && !deviceIDRe.MatchString(id) {
-				t.Fatalf("accepted device ID %q fails deviceIDRe", id)
+				t.Fatalf("accepted device ID %q does not match the documented pattern", id)
 			}
 		}
 		if c.CNIVersion != "" && !supported(c.CNIVersion) {

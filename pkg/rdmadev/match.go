@@ -2,6 +2,7 @@ package rdmadev
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -52,7 +53,7 @@ func Closest(devPath, pciFunc string, devs []Device) []Match {
 		if !ok {
 			continue
 		}
-		relation := fmt.Sprintf("directly under the netdev's parent device %s", parentName)
+		relation := directRelation(parentName)
 		if down > 0 {
 			relation = fmt.Sprintf("under %s, %s below the netdev's parent device %s", rel, levels(down), parentName)
 		}
@@ -81,6 +82,29 @@ func Closest(devPath, pciFunc string, devs []Device) []Match {
 		far = append(far, Match{Device: d, Distance: up + down, Relation: relation})
 	}
 	return nearest(far)
+}
+
+func directRelation(parentName string) string {
+	return fmt.Sprintf("directly under the netdev's parent device %s", parentName)
+}
+
+// Direct is Closest's answer, when there is exactly one RDMA device right
+// under devPath, found without listing every RDMA device on the node: one
+// directory read of devPath's infiniband directory, which, like
+// class/infiniband, shows only the devices in the host netns. ok is false
+// when there is none or several there, or devPath cannot be read; Closest
+// then decides.
+func (s Sysfs) Direct(devPath string) (m Match, ok bool) {
+	if devPath == "" {
+		return Match{}, false
+	}
+	devPath = filepath.Clean(devPath)
+	entries, err := os.ReadDir(filepath.Join(devPath, "infiniband"))
+	if err != nil || len(entries) != 1 {
+		return Match{}, false
+	}
+	d := Device{Name: entries[0].Name(), DevPath: devPath, PCIAddress: s.PCIAddressOf(devPath)}
+	return Match{Device: d, Relation: directRelation(filepath.Base(devPath))}, true
 }
 
 // below reports whether p is anc or lies under it, the path from anc to p

@@ -203,3 +203,46 @@ func TestClosestCleansPaths(t *testing.T) {
 	got := Closest(p+"/", "", []Device{{Name: "mlx5_0", DevPath: p + "/./"}})
 	check(t, got, want{[]string{"mlx5_0"}, 0, ""})
 }
+
+// TestDirectAgreesWithClosest: wherever Direct answers, it gives the one
+// match Closest gives from the full listing, so the plugin may skip the
+// listing; where Closest finds nothing right under the device, Direct
+// does not answer.
+func TestDirectAgreesWithClosest(t *testing.T) {
+	ambiguous := sysfstest.New(t)
+	ambiguous.PCI(mlxPF0)
+	ambiguous.RDMA(mlxPF0, "mlx5_1")
+	ambiguous.RDMA(mlxPF0, "mlx5_0")
+	trees := map[string]*sysfstest.Tree{
+		"mlx5": mlx5Card(t), "e810": e810Card(t), "virtio child": virtioVM(t, true),
+		"virtio function": virtioVM(t, false), "ambiguous": ambiguous,
+	}
+	answered := 0
+	for name, tr := range trees {
+		s := Sysfs{Root: tr.Root}
+		devs, err := s.Devices()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range []string{mlxBridge, mlxPF0, mlxPF1, mlxVF, mlxSF2, mlxSF3, icePF0, icePF1, virtioFn1, virtioChild1, virtioFn2, virtioChild2, "pci0000:99/0000:99:00.0"} {
+			path := tr.Path(p)
+			m, ok := s.Direct(path)
+			want := Closest(path, s.PCIAddressOf(path), devs)
+			direct := len(want) == 1 && want[0].Distance == 0
+			if ok != direct {
+				t.Errorf("%s %s: Direct answered %v (%v), Closest found %+v", name, p, ok, m, want)
+				continue
+			}
+			if !ok {
+				continue
+			}
+			answered++
+			if m.Device != want[0].Device || m.Relation != want[0].Relation || m.Distance != 0 {
+				t.Errorf("%s %s: Direct %+v, Closest %+v", name, p, m, want[0])
+			}
+		}
+	}
+	if answered < 6 {
+		t.Errorf("Direct answered only %d times; the fixtures have more devices right under their parents", answered)
+	}
+}

@@ -18,6 +18,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 )
 
 // Sysfs reads the kernel's device model under Root ("/sys" in production;
@@ -195,13 +196,16 @@ func onBus(dir, bus string) bool {
 }
 
 // pciAddressRe matches [domain:]bus:device.function; domains wider than four
-// digits exist (Intel VMD), so the domain is not fixed-width.
-var pciAddressRe = regexp.MustCompile(`^(?:([0-9a-f]{4,8}):)?([0-9a-f]{2}):([0-9a-f]{2})\.([0-7])$`)
+// digits exist (Intel VMD), so the domain is not fixed-width. Compiled on
+// first use: only a deviceID needs it, and package init runs on every exec.
+var pciAddressRe = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`^(?:([0-9a-f]{4,8}):)?([0-9a-f]{2}):([0-9a-f]{2})\.([0-7])$`)
+})
 
 // normalizePCIAddress returns the address as sysfs spells it: lower case
 // with a domain.
 func normalizePCIAddress(id string) (string, bool) {
-	m := pciAddressRe.FindStringSubmatch(strings.ToLower(id))
+	m := pciAddressRe().FindStringSubmatch(strings.ToLower(id))
 	if m == nil {
 		return "", false
 	}

@@ -115,6 +115,53 @@ func (Netlink) MoveToHost(name, nsPath string) error {
 	})
 }
 
+// Release brings a device back from the netns at nsPath to the caller's
+// netns under hostName, in one visit to the pod and one device dump: it
+// looks for the device as podName (when set and different) and then as
+// hostName, renames it back when it carries podName, and moves it. The
+// kernel keeps a device's index across renames and moves, so the index
+// from the dump serves every request. found is false, with no error, when
+// the pod has the device under neither name.
+func (Netlink) Release(nsPath, hostName, podName string) (found bool, err error) {
+	err = ns.WithNetNSPath(nsPath, func(host ns.NetNS) error {
+		links, err := list()
+		if err != nil {
+			return fmt.Errorf("cannot list the RDMA devices in netns %s: %v", nsPath, err)
+		}
+		link, asPodName := pick(links, hostName, podName)
+		if link == nil {
+			return nil
+		}
+		found = true
+		if asPodName {
+			if err := netlink.RdmaLinkSetName(link, hostName); err != nil {
+				return fmt.Errorf("cannot restore the name of RDMA device %s (called %s in the pod): %v", hostName, podName, classify(err))
+			}
+		}
+		if err := netlink.RdmaLinkSetNsFd(link, uint32(host.Fd())); err != nil {
+			return fmt.Errorf("failed to move RDMA device %s from netns %s back to the host: %v", hostName, nsPath, classify(err))
+		}
+		return nil
+	})
+	return found, err
+}
+
+// pick finds the device under its pod-side name first: a host name alone
+// may belong to another device once the device was renamed.
+func pick(links []*netlink.RdmaLink, hostName, podName string) (link *netlink.RdmaLink, asPodName bool) {
+	for _, l := range links {
+		if podName != "" && podName != hostName && l.Attrs.Name == podName {
+			return l, true
+		}
+	}
+	for _, l := range links {
+		if l.Attrs.Name == hostName {
+			return l, false
+		}
+	}
+	return nil, false
+}
+
 // Rename renames a device in the netns at nsPath ("" for the caller's).
 func (Netlink) Rename(nsPath, from, to string) error {
 	rename := func() error {

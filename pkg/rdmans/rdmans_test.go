@@ -275,3 +275,32 @@ func TestBadNetnsPath(t *testing.T) {
 		}
 	}
 }
+
+func TestPickPrefersThePodName(t *testing.T) {
+	link := func(name string) *netlink.RdmaLink {
+		l := &netlink.RdmaLink{}
+		l.Attrs.Name = name
+		return l
+	}
+	links := []*netlink.RdmaLink{link("mlx5_0"), link("rdma_net1"), link("mlx5_1")}
+	tests := []struct {
+		host, pod, want string
+		asPod           bool
+	}{
+		{"mlx5_1", "rdma_net1", "rdma_net1", true}, // renamed in the pod
+		{"mlx5_1", "", "mlx5_1", false},            // never renamed
+		{"mlx5_1", "gone", "mlx5_1", false},        // killed before the rename
+		{"mlx5_1", "mlx5_1", "mlx5_1", false},      // a rename to its own name
+		{"mlx5_9", "gone", "", false},              // not in the pod
+	}
+	for _, tt := range tests {
+		l, asPod := pick(links, tt.host, tt.pod)
+		got := ""
+		if l != nil {
+			got = l.Attrs.Name
+		}
+		if got != tt.want || asPod != tt.asPod {
+			t.Errorf("pick(%s, %q) = %q, %v; want %q, %v", tt.host, tt.pod, got, asPod, tt.want, tt.asPod)
+		}
+	}
+}

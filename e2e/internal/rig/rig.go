@@ -107,8 +107,9 @@ func EnsureHostNetns() error {
 	return nil
 }
 
-// Call is one direct execution of the rdma-netns binary.
+// Call is one direct execution of the rdma-netns binary (or of Bin).
 type Call struct {
+	Bin         string // the CNI plugin to run; default Plugin
 	Verb        string
 	ContainerID string
 	Netns       string
@@ -169,7 +170,11 @@ func Exec(c Call) Run { return ExecKill(c, -1) }
 // ExecKill runs the plugin and sends it SIGKILL after killAfter (never when
 // negative). Killed says whether the signal ended the process.
 func ExecKill(c Call, killAfter time.Duration) Run {
-	cmd := exec.Command(Plugin)
+	bin := c.Bin
+	if bin == "" {
+		bin = Plugin
+	}
+	cmd := exec.Command(bin)
 	cmd.Env = c.env()
 	cmd.Stdin = bytes.NewReader(c.Stdin)
 	var out, errb bytes.Buffer
