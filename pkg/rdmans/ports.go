@@ -30,12 +30,12 @@ func (Netlink) DeviceOfNetdev(nsPath, ifName string) (string, error) {
 			return err
 		}
 		for _, l := range links {
-			netdevs, err := portNetdevs(l.Attrs.Index)
+			ports, err := Ports(l.Attrs.Index)
 			if err != nil {
-				return fmt.Errorf("cannot read the ports of RDMA device %s: %v", l.Attrs.Name, classify(err))
+				return fmt.Errorf("cannot read the ports of RDMA device %s: %v", l.Attrs.Name, err)
 			}
-			for _, n := range netdevs {
-				if n == ifName {
+			for _, p := range ports {
+				if p.Netdev == ifName {
 					dev = l.Attrs.Name
 					return nil
 				}
@@ -44,28 +44,6 @@ func (Netlink) DeviceOfNetdev(nsPath, ifName string) (string, error) {
 		return nil
 	})
 	return dev, err
-}
-
-// portNetdevs lists the netdevs the ports of device index are bound to,
-// as seen from the calling thread's netns (the kernel leaves out netdevs
-// of other namespaces).
-func portNetdevs(index uint32) ([]string, error) {
-	proto := nl.RDMA_NL_NLDEV<<nl.RDMA_NL_GET_CLIENT_SHIFT | rdmaNldevCmdPortGet
-	req := nl.NewNetlinkRequest(proto, unix.NLM_F_ACK|unix.NLM_F_DUMP)
-	b := make([]byte, 4)
-	nl.NativeEndian().PutUint32(b, index)
-	req.AddData(nl.NewRtAttr(nl.RDMA_NLDEV_ATTR_DEV_INDEX, b))
-	msgs, err := req.Execute(unix.NETLINK_RDMA, 0)
-	if err != nil {
-		return nil, err
-	}
-	var out []string
-	for _, m := range msgs {
-		if name := attrString(m, rdmaNldevAttrNdevName); name != "" {
-			out = append(out, name)
-		}
-	}
-	return out, nil
 }
 
 // attrString finds one string attribute in an RDMA netlink message, whose
