@@ -58,19 +58,29 @@ func becomeWorkload(kind string) error {
 	if err := unix.Mount("shm", "/dev/shm", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size="+shm); err != nil {
 		return fmt.Errorf("mount /dev/shm: %w", err)
 	}
-	if err := unix.Setrlimit(unix.RLIMIT_MEMLOCK, &unix.Rlimit{Cur: memlock, Max: memlock}); err != nil {
-		return fmt.Errorf("set memlock limit: %w", err)
-	}
-	if kind == "low" {
-		// Out of the bounding set, CAP_IPC_LOCK is gone after exec even
-		// for root, as in a container without IPC_LOCK. The bounding set
-		// belongs to the thread: drop and exec on the same one.
-		runtime.LockOSThread()
-		if err := unix.Prctl(unix.PR_CAPBSET_DROP, unix.CAP_IPC_LOCK, 0, 0, 0); err != nil {
-			return fmt.Errorf("drop CAP_IPC_LOCK: %w", err)
-		}
+	if err := limitMemlock(memlock, kind == "low"); err != nil {
+		return err
 	}
 	return syscall.Exec("/bin/sleep", []string{"sleep", "1000"}, os.Environ())
+}
+
+// limitMemlock gives the calling process, before it execs its workload, a
+// container's memlock limit and, with dropIPCLock, no CAP_IPC_LOCK: out of
+// the bounding set, the capability is gone after exec even for root, as in
+// a container without IPC_LOCK. The bounding set belongs to the thread, so
+// the thread is locked: the exec must come from the same one.
+func limitMemlock(limit uint64, dropIPCLock bool) error {
+	if err := unix.Setrlimit(unix.RLIMIT_MEMLOCK, &unix.Rlimit{Cur: limit, Max: limit}); err != nil {
+		return fmt.Errorf("set memlock limit: %w", err)
+	}
+	if !dropIPCLock {
+		return nil
+	}
+	runtime.LockOSThread()
+	if err := unix.Prctl(unix.PR_CAPBSET_DROP, unix.CAP_IPC_LOCK, 0, 0, 0); err != nil {
+		return fmt.Errorf("drop CAP_IPC_LOCK: %w", err)
+	}
+	return nil
 }
 
 // startWorkload starts a long-lived process in the pod's netns and its own

@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -20,7 +19,6 @@ import (
 	"time"
 
 	"github.com/containernetworking/cni/libcni"
-	"golang.org/x/sys/unix"
 
 	"github.com/rdma-netns/rdma-netns/e2e/internal/rig"
 	"github.com/rdma-netns/rdma-netns/pkg/doctor"
@@ -301,18 +299,8 @@ func becomeStarvedWorkload(kind string) error {
 	if err := json.Unmarshal([]byte(os.Getenv(starvedArgvEnv)), &argv); err != nil {
 		return fmt.Errorf("argv: %w", err)
 	}
-	limit := uint64(64 << 10)
-	if err := unix.Setrlimit(unix.RLIMIT_MEMLOCK, &unix.Rlimit{Cur: limit, Max: limit}); err != nil {
-		return fmt.Errorf("set memlock limit: %w", err)
-	}
-	if kind == "starved" {
-		// Out of the bounding set, CAP_IPC_LOCK is gone after exec even
-		// for root, as in a container without IPC_LOCK. The bounding set
-		// belongs to the thread: drop and exec on the same one.
-		runtime.LockOSThread()
-		if err := unix.Prctl(unix.PR_CAPBSET_DROP, unix.CAP_IPC_LOCK, 0, 0, 0); err != nil {
-			return fmt.Errorf("drop CAP_IPC_LOCK: %w", err)
-		}
+	if err := limitMemlock(64<<10, kind == "starved"); err != nil {
+		return err
 	}
 	// The pod's process exists (and doctor can inspect it) before the
 	// workload starts, as with a container's entrypoint.
