@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"strconv"
 
+	"github.com/rdma-netns/rdma-netns/pkg/cli"
 	"github.com/rdma-netns/rdma-netns/pkg/state"
 )
 
@@ -62,16 +63,8 @@ func run(args []string, stdout, stderr io.Writer, env *Env) int {
 		fmt.Fprint(stderr, usage)
 		fl.PrintDefaults()
 	}
-	if err := fl.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return 0
-		}
-		return 2
-	}
-	if fl.NArg() > 0 {
-		fmt.Fprintf(stderr, "rdma-netns doctor: unexpected argument %q\n", fl.Arg(0))
-		fl.Usage()
-		return 2
+	if code, ok := cli.Parse(fl, args, stderr); !ok {
+		return code
 	}
 	if *netnsPath != "" && *pid != 0 {
 		fmt.Fprintln(stderr, "rdma-netns doctor: give --netns or --pid, not both")

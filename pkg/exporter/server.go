@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/rdma-netns/rdma-netns/pkg/cli"
 	"github.com/rdma-netns/rdma-netns/pkg/state"
 )
 
@@ -47,15 +48,8 @@ func Main(args []string, stderr io.Writer) int {
 		fmt.Fprint(stderr, usage)
 		fl.PrintDefaults()
 	}
-	if err := fl.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return 0
-		}
-		return 2
-	}
-	if fl.NArg() > 0 {
-		fmt.Fprintf(stderr, "rdma-netns-exporter: unexpected argument %q\n", fl.Arg(0))
-		return 2
+	if code, ok := cli.Parse(fl, args, stderr); !ok {
+		return code
 	}
 	if !filepath.IsAbs(*stateDir) {
 		fmt.Fprintf(stderr, "rdma-netns-exporter: --state-dir %q must be an absolute path\n", *stateDir)

@@ -25,6 +25,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/rdma-netns/rdma-netns/pkg/cli"
 )
 
 const usage = `Usage: rdma-netns install [--dest DIR] [--name NAME] [--then-wait]
@@ -68,16 +70,8 @@ func Main(args []string, version string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, usage)
 		fl.PrintDefaults()
 	}
-	if err := fl.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return 0
-		}
-		return 2
-	}
-	if fl.NArg() > 0 {
-		fmt.Fprintf(stderr, "rdma-netns install: unexpected argument %q\n", fl.Arg(0))
-		fl.Usage()
-		return 2
+	if code, ok := cli.Parse(fl, args, stderr); !ok {
+		return code
 	}
 	if o.Name == "" || strings.ContainsRune(o.Name, '/') || o.Name == "." || o.Name == ".." {
 		fmt.Fprintf(stderr, "rdma-netns install: --name %q must be a plain file name\n", o.Name)

@@ -1,0 +1,30 @@
+// Package cli holds what the commands run by a person (doctor, install,
+// the exporter) share about their command lines, so they answer --help,
+// bad flags and stray arguments alike.
+package cli
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+)
+
+// Parse parses args with fl, whose Usage the caller has set. ok false
+// means the command stops with code: 0 after --help, 2 on a usage error
+// (a bad flag, which the flag package reports, or an argument left over,
+// reported here with the usage).
+func Parse(fl *flag.FlagSet, args []string, stderr io.Writer) (code int, ok bool) {
+	if err := fl.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0, false
+		}
+		return 2, false
+	}
+	if fl.NArg() > 0 {
+		fmt.Fprintf(stderr, "%s: unexpected argument %q\n", fl.Name(), fl.Arg(0))
+		fl.Usage()
+		return 2, false
+	}
+	return 0, true
+}
