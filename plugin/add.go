@@ -7,7 +7,6 @@ import (
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
-	"github.com/containernetworking/plugins/pkg/ns"
 
 	"github.com/rdma-netns/rdma-netns/pkg/deviceinfo"
 	"github.com/rdma-netns/rdma-netns/pkg/inventory"
@@ -35,11 +34,12 @@ func (c *call) add() error {
 	if err := c.key().Validate(); err != nil {
 		return types.NewError(types.ErrInvalidEnvironmentVariables, err.Error(), "")
 	}
-	podNS, err := ns.GetNS(c.args.Netns)
-	if err != nil {
+	// The netns' identity goes into the record: a path such as
+	// /proc/PID/ns/net can later open another netns.
+	var err error
+	if c.netnsID, err = inventory.Identify(c.args.Netns); err != nil {
 		return types.NewError(types.ErrInvalidNetNS, fmt.Sprintf("cannot use pod netns %q: %v", c.args.Netns, err), "")
 	}
-	podNS.Close()
 
 	if err := c.exclusive(); err != nil {
 		if c.conf.AllowSharedMode {
@@ -86,16 +86,11 @@ func (c *call) add() error {
 			return err
 		}
 	}
-	netnsID, err := inventory.Identify(c.args.Netns)
-	if err != nil {
-		return types.NewError(types.ErrInvalidNetNS, fmt.Sprintf("cannot identify pod netns %q: %v", c.args.Netns, err), "")
-	}
-
 	rec := &state.Record{
 		Key:        c.key(),
 		Netns:      c.args.Netns,
-		NetnsDev:   netnsID.Dev,
-		NetnsIno:   netnsID.Ino,
+		NetnsDev:   c.netnsID.Dev,
+		NetnsIno:   c.netnsID.Ino,
 		Device:     dev.Name,
 		DevPath:    dev.DevPath,
 		PCIAddress: dev.PCIAddress,
@@ -262,12 +257,8 @@ func (c *call) adopt(recs []*state.Record) (bool, error) {
 	if err != nil || dev == "" || liveClaim(recs, c.key(), dev) != nil {
 		return false, nil
 	}
-	id, err := inventory.Identify(c.args.Netns)
-	if err != nil {
-		return false, nil
-	}
 	rec := &state.Record{
-		Key: c.key(), Netns: c.args.Netns, NetnsDev: id.Dev, NetnsIno: id.Ino,
+		Key: c.key(), Netns: c.args.Netns, NetnsDev: c.netnsID.Dev, NetnsIno: c.netnsID.Ino,
 		Device: dev, Rule: "already in the pod, bound to netdev " + ifName, State: state.StateAttached,
 		K8sNamespace: c.conf.Pod.Namespace, K8sPod: c.conf.Pod.Name,
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 
 	"github.com/rdma-netns/rdma-netns/pkg/config"
+	"github.com/rdma-netns/rdma-netns/pkg/inventory"
 	"github.com/rdma-netns/rdma-netns/pkg/logging"
 	"github.com/rdma-netns/rdma-netns/pkg/rdmadev"
 	"github.com/rdma-netns/rdma-netns/pkg/rdmans"
@@ -92,6 +93,8 @@ type call struct {
 	// hostDevs caches the host's RDMA devices for this call; nil until
 	// read, and reset when the call renames a device in the host.
 	hostDevs []rdmadev.Device
+	// netnsID identifies CNI_NETNS on ADD.
+	netnsID inventory.NetnsID
 }
 
 func (p *Plugin) newCall(args *skel.CmdArgs) (*call, error) {
