@@ -51,17 +51,17 @@ func sameNetns(rec *state.Record) bool {
 // host name back first, since only the record knows it. A record whose
 // netns is gone and that has nothing left to undo goes too.
 func (c *call) reconcile(recs []*state.Record) ([]*state.Record, error) {
+	host, err := c.hostNames()
+	if err != nil {
+		return nil, err
+	}
 	var live []*state.Record
 	for _, rec := range recs {
 		if rec.Key == c.key() {
 			live = append(live, rec)
 			continue
 		}
-		stale, err := c.staleClaim(rec)
-		if err != nil {
-			return nil, err
-		}
-		if !stale {
+		if !c.staleClaim(rec, host) {
 			live = append(live, rec)
 			continue
 		}
@@ -73,30 +73,29 @@ func (c *call) reconcile(recs []*state.Record) ([]*state.Record, error) {
 	return live, nil
 }
 
-// staleClaim decides one record of another attachment, restoring the host
-// name of its device when the kernel returned it under the pod-side name.
-func (c *call) staleClaim(rec *state.Record) (bool, error) {
-	host, err := c.hostNames()
-	if err != nil {
-		return false, err
-	}
+// staleClaim decides one record of another attachment against the host's
+// device names, restoring the host name of its device when the kernel
+// returned it under the pod-side name (host is kept up to date).
+func (c *call) staleClaim(rec *state.Record, host map[string]bool) bool {
 	switch {
 	case host[rec.Device]:
 		c.log.Infof("record of %s claims RDMA device %s, which is in the host, so no pod holds it: removing the stale record (its pod netns %s was destroyed without DEL, or its ADD was interrupted)", rec.Key, rec.Device, rec.Netns)
-		return true, nil
+		return true
 	case rec.PodName != "" && host[rec.PodName]:
 		if err := c.p.Kernel.Rename("", rec.PodName, rec.Device); err != nil {
 			c.log.Warnf("RDMA device %s came back to the host as %s (pod netns %s of %s is gone) and cannot get its name back: %v", rec.Device, rec.PodName, rec.Netns, rec.Key, err)
-			return false, nil
+			return false
 		}
-		c.hostDevs = nil
+		delete(host, rec.PodName)
+		host[rec.Device] = true
+		c.hostDevs = nil // resolution lists the renamed device afresh
 		c.log.Infof("RDMA device %s came back to the host as %s from the destroyed pod netns %s of %s: renamed it back and removed the stale record", rec.Device, rec.PodName, rec.Netns, rec.Key)
-		return true, nil
+		return true
 	case !sameNetns(rec) && rec.PodName == "":
 		c.log.Infof("record of %s names pod netns %s, which no longer exists: removing it (the kernel returns its RDMA device %s to the host)", rec.Key, rec.Netns, rec.Device)
-		return true, nil
+		return true
 	}
-	return false, nil
+	return false
 }
 
 // hostDevices lists the RDMA devices the host sees, once per call: the
