@@ -181,10 +181,14 @@ func (s *Store) Put(r *Record) error {
 	return nil
 }
 
-// writeAtomic makes sure a reader, or the next process after a crash or
-// power loss, sees either the old record or the new one, never a torn or
-// empty file: write and fsync a temp file, rename it over the target, then
-// fsync the directory so the rename itself is durable.
+// writeAtomic makes sure a reader, or the next process after one was
+// killed, sees either the old record or the new one, never a torn or empty
+// file: the data goes to a temp file that is renamed over the target. There
+// is no fsync: the page cache outlives any process, and what outlives the
+// page cache -- a power loss, a kernel crash -- also destroys every pod
+// netns and re-registers every RDMA device under its driver's name, which
+// leaves nothing for any record to undo. A durable write would cost every
+// ADD a disk flush for nothing.
 func (s *Store) writeAtomic(name string, data []byte) (err error) {
 	tmp, err := os.CreateTemp(s.dir, tempPrefix+"*")
 	if err != nil {
@@ -203,28 +207,10 @@ func (s *Store) writeAtomic(name string, data []byte) (err error) {
 	if _, err = tmp.Write(data); err != nil {
 		return err
 	}
-	if err = tmp.Sync(); err != nil {
-		return err
-	}
 	if err = tmp.Close(); err != nil {
 		return err
 	}
-	if err = os.Rename(tmp.Name(), filepath.Join(s.dir, name)); err != nil {
-		return err
-	}
-	return s.syncDir()
-}
-
-func (s *Store) syncDir() error {
-	d, err := os.Open(s.dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("syncing directory %s: %w", s.dir, err)
-	}
-	return nil
+	return os.Rename(tmp.Name(), filepath.Join(s.dir, name))
 }
 
 // Delete removes the record for k. It does not read the file, so a corrupt
@@ -239,9 +225,6 @@ func (s *Store) Delete(k Key) error {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("deleting rdma-netns state for %s: %w", k, err)
-	}
-	if err := s.syncDir(); err != nil {
 		return fmt.Errorf("deleting rdma-netns state for %s: %w", k, err)
 	}
 	return nil
@@ -311,9 +294,6 @@ func (s *Store) Quarantine(path string) (string, error) {
 	dst := filepath.Join(dir, time.Now().UTC().Format("20060102T150405.000000000Z")+"-"+filepath.Base(path))
 	if err := os.Rename(path, dst); err != nil {
 		return "", fmt.Errorf("moving unreadable record %s aside: %w", path, err)
-	}
-	if err := s.syncDir(); err != nil {
-		return "", err
 	}
 	return dst, nil
 }
