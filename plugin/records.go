@@ -49,19 +49,20 @@ func sameNetns(rec *state.Record) bool {
 // destroyed without DEL (a node reboot leaves every record so). A device
 // that came back from a destroyed netns under its pod-side name gets its
 // host name back first, since only the record knows it. A record whose
-// netns is gone and that has nothing left to undo goes too.
+// netns is gone and that has nothing left to undo goes too. Each record
+// costs a look at its own device names, not a listing of the node's.
 func (c *call) reconcile(recs []*state.Record) ([]*state.Record, error) {
-	host, err := c.hostNames()
-	if err != nil {
-		return nil, err
-	}
 	var live []*state.Record
 	for _, rec := range recs {
 		if rec.Key == c.key() {
 			live = append(live, rec)
 			continue
 		}
-		if !c.staleClaim(rec, host) {
+		stale, err := c.staleClaim(rec)
+		if err != nil {
+			return nil, err
+		}
+		if !stale {
 			live = append(live, rec)
 			continue
 		}
@@ -73,29 +74,36 @@ func (c *call) reconcile(recs []*state.Record) ([]*state.Record, error) {
 	return live, nil
 }
 
-// staleClaim decides one record of another attachment against the host's
-// device names, restoring the host name of its device when the kernel
-// returned it under the pod-side name (host is kept up to date).
-func (c *call) staleClaim(rec *state.Record, host map[string]bool) bool {
-	switch {
-	case host[rec.Device]:
-		c.log.Infof("record of %s claims RDMA device %s, which is in the host, so no pod holds it: removing the stale record (its pod netns %s was destroyed without DEL, or its ADD was interrupted)", rec.Key, rec.Device, rec.Netns)
-		return true
-	case rec.PodName != "" && host[rec.PodName]:
+// staleClaim decides one record of another attachment, restoring the host
+// name of its device when the kernel returned it under the pod-side name.
+func (c *call) staleClaim(rec *state.Record) (bool, error) {
+	if in, err := c.p.Sysfs.Has(rec.Device); err != nil || in {
+		if in {
+			c.log.Infof("record of %s claims RDMA device %s, which is in the host, so no pod holds it: removing the stale record (its pod netns %s was destroyed without DEL, or its ADD was interrupted)", rec.Key, rec.Device, rec.Netns)
+		}
+		return in, err
+	}
+	if rec.PodName != "" {
+		in, err := c.p.Sysfs.Has(rec.PodName)
+		if err != nil {
+			return false, err
+		}
+		if !in {
+			return false, nil
+		}
 		if err := c.p.Kernel.Rename("", rec.PodName, rec.Device); err != nil {
 			c.log.Warnf("RDMA device %s came back to the host as %s (pod netns %s of %s is gone) and cannot get its name back: %v", rec.Device, rec.PodName, rec.Netns, rec.Key, err)
-			return false
+			return false, nil
 		}
-		delete(host, rec.PodName)
-		host[rec.Device] = true
 		c.hostDevs = nil // resolution lists the renamed device afresh
 		c.log.Infof("RDMA device %s came back to the host as %s from the destroyed pod netns %s of %s: renamed it back and removed the stale record", rec.Device, rec.PodName, rec.Netns, rec.Key)
-		return true
-	case !sameNetns(rec) && rec.PodName == "":
-		c.log.Infof("record of %s names pod netns %s, which no longer exists: removing it (the kernel returns its RDMA device %s to the host)", rec.Key, rec.Netns, rec.Device)
-		return true
+		return true, nil
 	}
-	return false
+	if !sameNetns(rec) {
+		c.log.Infof("record of %s names pod netns %s, which no longer exists: removing it (the kernel returns its RDMA device %s to the host)", rec.Key, rec.Netns, rec.Device)
+		return true, nil
+	}
+	return false, nil
 }
 
 // hostDevices lists the RDMA devices the host sees, once per call: the
@@ -109,20 +117,6 @@ func (c *call) hostDevices() ([]rdmadev.Device, error) {
 		c.hostDevs = devs
 	}
 	return c.hostDevs, nil
-}
-
-// hostNames is the set of RDMA device names the host sees, read once per
-// call from the same sysfs listing resolution uses.
-func (c *call) hostNames() (map[string]bool, error) {
-	devs, err := c.hostDevices()
-	if err != nil {
-		return nil, err
-	}
-	names := make(map[string]bool, len(devs))
-	for _, d := range devs {
-		names[d.Name] = true
-	}
-	return names, nil
 }
 
 // liveClaim finds the record of another attachment that still holds the

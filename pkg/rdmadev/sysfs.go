@@ -113,6 +113,23 @@ func (s Sysfs) device(classDir, name string) (d Device, ok bool, err error) {
 	return Device{Name: name}, true, nil
 }
 
+// Has reports whether the host sees an RDMA device called name. The class
+// directory shows only the devices of the reader's netns, so one lstat
+// answers without listing every device on the node.
+func (s Sysfs) Has(name string) (bool, error) {
+	if err := validName("RDMA device name", name); err != nil {
+		return false, err
+	}
+	_, err := os.Lstat(filepath.Join(s.Root, "class", "infiniband", name))
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("look for RDMA device %s in the host: %w", name, err)
+	}
+	return true, nil
+}
+
 // BusDevicePath resolves <Root>/bus/<bus>/devices/<name> to the device's
 // directory under <Root>/devices. bus and name come from pod-controlled
 // configuration, so they must each be one plain path element. A missing

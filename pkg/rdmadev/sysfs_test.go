@@ -209,3 +209,24 @@ func TestDevicesRootBehindSymlink(t *testing.T) {
 		t.Fatalf("Closest(%s) = %+v over %+v, want mlx5_0", parent, m, devs)
 	}
 }
+
+func TestHas(t *testing.T) {
+	tr := mlx5Card(t)
+	s := Sysfs{Root: tr.Root}
+	for name, want := range map[string]bool{"mlx5_0": true, "mlx5_4": true, "mlx5_9": false} {
+		if got, err := s.Has(name); err != nil || got != want {
+			t.Errorf("Has(%s) = %v, %v; want %v, nil", name, got, err, want)
+		}
+	}
+	// The class directory shows only the host's devices: one that moved
+	// into a pod is gone from it.
+	tr.Remove("infiniband", "mlx5_0")
+	if got, err := s.Has("mlx5_0"); err != nil || got {
+		t.Errorf("Has(mlx5_0) after it left = %v, %v; want false, nil", got, err)
+	}
+	for _, bad := range []string{"", "..", "a/b"} {
+		if _, err := s.Has(bad); err == nil {
+			t.Errorf("Has(%q) accepted a name that is not one path element", bad)
+		}
+	}
+}
