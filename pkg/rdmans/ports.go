@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink/nl"
+	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
 
@@ -24,7 +24,7 @@ const (
 // it finds a pod's device without any record of what was moved.
 func (Netlink) DeviceOfNetdev(nsPath, ifName string) (string, error) {
 	var dev string
-	err := ns.WithNetNSPath(nsPath, func(ns.NetNS) error {
+	err := visit(nsPath, func(netns.NsHandle) error {
 		links, err := list()
 		if err != nil {
 			return err
