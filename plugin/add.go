@@ -15,7 +15,7 @@ import (
 
 // Add moves the RDMA device of the pod's netdev into the pod netns.
 func (p *Plugin) Add(args *skel.CmdArgs) error {
-	c, err := p.newCall(args)
+	c, err := p.newCall(args, true)
 	if err != nil {
 		return err
 	}

@@ -13,7 +13,7 @@ import (
 // Check verifies that the attachment still holds: its device is in the pod,
 // the subsystem is still exclusive, and prevResult still has the netdev.
 func (p *Plugin) Check(args *skel.CmdArgs) error {
-	c, err := p.newCall(args)
+	c, err := p.newCall(args, true)
 	if err != nil {
 		return err
 	}

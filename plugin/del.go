@@ -17,7 +17,7 @@ import (
 // netdev plugin's DEL (chains delete in reverse), so the netdev is still in
 // the pod. It succeeds whenever there is nothing left to undo.
 func (p *Plugin) Del(args *skel.CmdArgs) error {
-	c, err := p.newCall(args)
+	c, err := p.newCall(args, false)
 	if err != nil {
 		return err
 	}

@@ -97,8 +97,14 @@ type call struct {
 	netnsID inventory.NetnsID
 }
 
-func (p *Plugin) newCall(args *skel.CmdArgs) (*call, error) {
-	conf, err := config.Parse(args.StdinData, args.Args)
+// newCall parses the configuration; withResult also converts prevResult,
+// which only ADD and CHECK read.
+func (p *Plugin) newCall(args *skel.CmdArgs, withResult bool) (*call, error) {
+	parse := config.ParseSettings
+	if withResult {
+		parse = config.Parse
+	}
+	conf, err := parse(args.StdinData, args.Args)
 	if err != nil {
 		return nil, types.NewError(types.ErrInvalidNetworkConfig, err.Error(), "")
 	}

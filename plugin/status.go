@@ -13,7 +13,7 @@ import (
 // Status reports whether ADDs can succeed: the RDMA subsystem answers and is
 // in exclusive mode (or the operator allowed shared mode).
 func (p *Plugin) Status(args *skel.CmdArgs) error {
-	c, err := p.newCall(args)
+	c, err := p.newCall(args, false)
 	if err != nil {
 		return err
 	}
@@ -26,7 +26,7 @@ func (p *Plugin) Status(args *skel.CmdArgs) error {
 // GC removes the records of this network's attachments that the runtime no
 // longer knows, returning their devices to the host.
 func (p *Plugin) GC(args *skel.CmdArgs) error {
-	c, err := p.newCall(args)
+	c, err := p.newCall(args, false)
 	if err != nil {
 		return err
 	}

@@ -113,9 +113,29 @@ func nameLike(s string, max int) bool {
 
 var logLevels = map[string]bool{"": true, "error": true, "warn": true, "warning": true, "info": true, "debug": true}
 
-// Parse decodes and validates stdin and CNI_ARGS. It does not require a
-// prevResult: ADD asks for one, DEL and GC work without.
+// Parse decodes and validates stdin and CNI_ARGS, and converts prevResult
+// into Result. It does not require a prevResult: ADD asks for one.
 func Parse(stdin []byte, cniArgs string) (*NetConf, error) {
+	conf, err := ParseSettings(stdin, cniArgs)
+	if err != nil || conf.RawPrevResult == nil {
+		return conf, err
+	}
+	if err := version.ParsePrevResult(&conf.PluginConf); err != nil {
+		return nil, fmt.Errorf("could not parse prevResult: %v", err)
+	}
+	res, err := current.NewResultFromResult(conf.PrevResult)
+	if err != nil {
+		return nil, fmt.Errorf("could not convert prevResult to version %s: %v", current.ImplementedSpecVersion, err)
+	}
+	conf.Result = res
+	return conf, nil
+}
+
+// ParseSettings is Parse without the prevResult conversion, for the verbs
+// that never read it (DEL, GC, STATUS): decoding a result once more is a
+// measurable share of a DEL, and a DEL must not fail over a field it does
+// not use. Result stays nil.
+func ParseSettings(stdin []byte, cniArgs string) (*NetConf, error) {
 	if len(stdin) > MaxConfigSize {
 		return nil, fmt.Errorf("network configuration is %d bytes, more than the %d this plugin accepts", len(stdin), MaxConfigSize)
 	}
@@ -134,16 +154,6 @@ func Parse(stdin []byte, cniArgs string) (*NetConf, error) {
 	conf.Pod = pod
 	if err := conf.validate(); err != nil {
 		return nil, err
-	}
-	if conf.RawPrevResult != nil {
-		if err := version.ParsePrevResult(&conf.PluginConf); err != nil {
-			return nil, fmt.Errorf("could not parse prevResult: %v", err)
-		}
-		res, err := current.NewResultFromResult(conf.PrevResult)
-		if err != nil {
-			return nil, fmt.Errorf("could not convert prevResult to version %s: %v", current.ImplementedSpecVersion, err)
-		}
-		conf.Result = res
 	}
 	return conf, nil
 }

@@ -424,3 +424,19 @@ func TestDeviceIDPrecedence(t *testing.T) {
 		})
 	}
 }
+
+// DEL, GC and STATUS never read prevResult: a result that cannot be
+// converted must not fail them, while ADD still refuses it.
+func TestParseSettingsLeavesPrevResultAlone(t *testing.T) {
+	stdin := []byte(`{"cniVersion":"1.0.0","name":"n","type":"rdma-netns","prevResult":{"cniVersion":"1.0.0","ips":[{"address":"not-an-ip"}]}}`)
+	if _, err := Parse(stdin, ""); err == nil {
+		t.Fatal("Parse accepted a prevResult with an invalid address")
+	}
+	conf, err := ParseSettings(stdin, "")
+	if err != nil {
+		t.Fatalf("ParseSettings: %v", err)
+	}
+	if conf.Result != nil || conf.Name != "n" {
+		t.Errorf("ParseSettings gave Result %v, name %q; want no Result, name n", conf.Result, conf.Name)
+	}
+}
