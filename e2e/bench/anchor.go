@@ -18,6 +18,10 @@ import (
 const (
 	floorBin    = "/usr/local/bin/rdma-netns-floor"
 	upstreamBin = "/usr/local/bin/rdma-cni-upstream"
+	// baseBin is another rdma-netns build (make bench BENCH_BASE=...), so a
+	// change is measured against what it changes in one run: the drift
+	// between VM runs is wider than most single changes.
+	baseBin = "/usr/local/bin/rdma-netns-base"
 )
 
 // contestant is one way of doing ADD then DEL of the same device.
@@ -163,6 +167,11 @@ func anchors(rep *report, nic rig.NIC, pod *rig.Pod, rounds int, minimalStart ti
 	ours := cniPair("rdma-netns, no hint (from the pod's netdev)", rig.Plugin, "anchor-ours", nil)
 	oursID := cniPair("rdma-netns, deviceID", rig.Plugin, "anchor-ours-id", map[string]any{"deviceID": nic.PCI})
 	all := []*contestant{floor, floorExec, ours, oursID}
+	var base *contestant
+	if _, err := os.Stat(baseBin); err == nil {
+		base = cniPair("rdma-netns BENCH_BASE build, no hint", baseBin, "anchor-base", nil)
+		all = append(all, base)
+	}
 	var upstream *contestant
 	if haveUpstream() {
 		upstream = cniPair("upstream rdma-cni v1.6.0, deviceID", upstreamBin, "anchor-upstream", map[string]any{"type": "rdma", "deviceID": nic.PCI})
@@ -211,6 +220,10 @@ func anchors(rep *report, nic rig.NIC, pod *rig.Pod, rounds int, minimalStart ti
 		r := float64(rig.Summarize(ours.sums).Median) / float64(stUp.Median)
 		rep.note("target rdma-netns (no hint) ADD+DEL <= 0.9x upstream: %s (%.2fx; per-round ratios %s)", verdict(r <= 0.9), r, spread(ours.sums, upstream.sums))
 		rep.note("upstream ADD+DEL = %.2fx floor", float64(stUp.Median)/float64(stFloor.Median))
+	}
+	if base != nil {
+		rep.note("rdma-netns (no hint) ADD+DEL vs the BENCH_BASE build: %.2fx (per-round ratios %s)",
+			float64(rig.Summarize(ours.sums).Median)/float64(rig.Summarize(base.sums).Median), spread(ours.sums, base.sums))
 	}
 	return nil
 }
