@@ -1,10 +1,8 @@
 package exporter
 
 import (
-	"errors"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 
@@ -42,7 +40,7 @@ func (r NodeReader) Read(nsPath string, devices []string) ([]DeviceStats, error)
 // readHere reads the named devices of the calling thread's netns, with
 // root a sysfs mounted in it.
 func readHere(root string, names []string) ([]DeviceStats, error) {
-	links, err := linkList()
+	links, err := rdmans.Links()
 	if err != nil {
 		return nil, err
 	}
@@ -113,19 +111,6 @@ func sysfsPort(root, dev string, port uint32) rdmans.PortInfo {
 		State:     uint8(stateNumber(filepath.Join(dir, "state"))),
 		PhysState: uint8(stateNumber(filepath.Join(dir, "phys_state"))),
 		Netdev:    portNetdev(dir),
-	}
-}
-
-// linkList retries dumps the kernel marked as interrupted (a device moved
-// while it was listed).
-func linkList() ([]*netlink.RdmaLink, error) {
-	for i := 0; ; i++ {
-		links, err := netlink.RdmaLinkList()
-		if errors.Is(err, netlink.ErrDumpInterrupted) && i < 5 {
-			runtime.Gosched()
-			continue
-		}
-		return links, err
 	}
 }
 

@@ -25,7 +25,7 @@ const (
 func (Netlink) DeviceOfNetdev(nsPath, ifName string) (string, error) {
 	var dev string
 	err := visit(nsPath, func(netns.NsHandle) error {
-		links, err := list()
+		links, err := Links()
 		if err != nil {
 			return err
 		}

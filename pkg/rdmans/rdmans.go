@@ -67,7 +67,7 @@ func (Netlink) InHost(name string) (bool, error) {
 
 // HostDevices lists the RDMA devices of the caller's netns.
 func (Netlink) HostDevices() ([]string, error) {
-	links, err := list()
+	links, err := Links()
 	if err != nil {
 		return nil, err
 	}
@@ -148,7 +148,7 @@ func (Netlink) MoveToHost(name, nsPath string) error {
 // the pod has the device under neither name.
 func (Netlink) Release(nsPath, hostName, podName string) (found bool, err error) {
 	err = visit(nsPath, func(host netns.NsHandle) error {
-		links, err := list()
+		links, err := Links()
 		if err != nil {
 			return fmt.Errorf("cannot list the RDMA devices in netns %s: %v", nsPath, err)
 		}
@@ -245,7 +245,7 @@ func parentOf(ifName string) (bus, dev string, err error) {
 }
 
 func find(name string) (*netlink.RdmaLink, bool, error) {
-	links, err := list()
+	links, err := Links()
 	if err != nil {
 		return nil, false, err
 	}
@@ -257,9 +257,10 @@ func find(name string) (*netlink.RdmaLink, bool, error) {
 	return nil, false, nil
 }
 
-// list retries dumps the kernel marked as interrupted: a device moving
-// while we read must not make us believe it is gone.
-func list() ([]*netlink.RdmaLink, error) {
+// Links lists the RDMA devices of the calling thread's netns, retrying
+// dumps the kernel marked as interrupted: a device moving while we read
+// must not make us believe it is gone.
+func Links() ([]*netlink.RdmaLink, error) {
 	for i := 0; ; i++ {
 		links, err := netlink.RdmaLinkList()
 		if errors.Is(err, netlink.ErrDumpInterrupted) && i < 5 {
