@@ -7,10 +7,10 @@ package main
 import (
 	"os"
 
-	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/version"
 	bv "github.com/containernetworking/plugins/pkg/utils/buildversion"
 
+	"github.com/rdma-netns/rdma-netns/pkg/cnimain"
 	"github.com/rdma-netns/rdma-netns/pkg/config"
 	"github.com/rdma-netns/rdma-netns/pkg/doctor"
 	"github.com/rdma-netns/rdma-netns/pkg/install"
@@ -26,5 +26,5 @@ func main() {
 			os.Exit(install.Main(os.Args[2:], bv.BuildVersion, os.Stdout, os.Stderr))
 		}
 	}
-	skel.PluginMainFuncs(plugin.New().Funcs(), version.PluginSupports(config.SupportedVersions...), bv.BuildString("rdma-netns"))
+	cnimain.Main(plugin.New().Funcs(), version.PluginSupports(config.SupportedVersions...), bv.BuildString("rdma-netns"))
 }

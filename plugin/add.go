@@ -5,16 +5,16 @@ import (
 	"os"
 	"time"
 
-	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 
+	"github.com/rdma-netns/rdma-netns/pkg/cnimain"
 	"github.com/rdma-netns/rdma-netns/pkg/deviceinfo"
 	"github.com/rdma-netns/rdma-netns/pkg/inventory"
 	"github.com/rdma-netns/rdma-netns/pkg/state"
 )
 
 // Add moves the RDMA device of the pod's netdev into the pod netns.
-func (p *Plugin) Add(args *skel.CmdArgs) error {
+func (p *Plugin) Add(args *cnimain.CmdArgs) error {
 	c, err := p.newCall(args, true)
 	if err != nil {
 		return err

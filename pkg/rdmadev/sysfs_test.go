@@ -179,6 +179,13 @@ func TestNormalizePCIAddress(t *testing.T) {
 		{"0000:3b:00", "", false},
 		{"0000:3b:00.0 ", "", false},
 		{"mlx5_core.sf.2", "", false},
+		{"000:3b:00.0", "", false},       // domain too short
+		{"123456789:3b:00.0", "", false}, // domain too long
+		{"0000:3g:00.0", "", false},      // not hex
+		{"0000:3b:00.8", "", false},      // function is 0-7
+		{"0000:0000:3b:00.0", "", false}, // two domains
+		{"0000:3b:00.0.1", "", false},
+		{"", "", false},
 	} {
 		got, ok := normalizePCIAddress(tc.in)
 		if got != tc.want || ok != tc.ok {
