@@ -2,7 +2,6 @@ package state
 
 import (
 	"cmp"
-	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"strings"
@@ -131,7 +130,7 @@ func validateText(what, s string) error {
 // The key is stored inside the file as well, so List can return keys and a
 // file whose content does not hash to its name is detected as corrupt.
 func (k Key) fileName() string {
-	sum := sha256.Sum256([]byte(k.Network + "\x00" + k.ContainerID + "\x00" + k.IfName))
+	sum := sum256([]byte(k.Network + "\x00" + k.ContainerID + "\x00" + k.IfName))
 	return hex.EncodeToString(sum[:]) + recordSuffix
 }
 
@@ -141,7 +140,7 @@ const recordSuffix = ".json"
 // so List skips the lock file, temp files and anything an operator left.
 func isRecordFileName(name string) bool {
 	hexPart, ok := strings.CutSuffix(name, recordSuffix)
-	if !ok || len(hexPart) != 2*sha256.Size {
+	if !ok || len(hexPart) != 2*sha256Size {
 		return false
 	}
 	for i := 0; i < len(hexPart); i++ {
