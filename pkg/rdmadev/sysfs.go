@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 )
 
 // Sysfs reads the kernel's device model under Root ("/sys" in production;
@@ -140,7 +141,7 @@ func (s Sysfs) BusDevicePath(bus, name string) (string, error) {
 		return "", err
 	}
 	link := filepath.Join(s.Root, "bus", bus, "devices", name)
-	p, err := filepath.EvalSymlinks(link)
+	p, err := s.busLink(bus, name)
 	if errors.Is(err, fs.ErrNotExist) {
 		return "", &notFoundError{fmt.Sprintf(
 			"no %s device %q on this host: %s does not exist; check the device ID and that the device is present and its driver bound",
@@ -150,6 +151,32 @@ func (s Sysfs) BusDevicePath(bus, name string) (string, error) {
 		return "", fmt.Errorf("resolve %s device %q: %w", bus, name, err)
 	}
 	return p, nil
+}
+
+// busLink resolves bus/<bus>/devices/<name>. The kernel writes that link
+// relative, down through real directories to the device's, so a readlink
+// and an lstat of the result answer what EvalSymlinks answers with a lookup
+// per path element (10 sysfs operations for a virtio NIC, on every ADD).
+// Any other shape goes the long way.
+func (s Sysfs) busLink(bus, name string) (string, error) {
+	link := filepath.Join(s.Root, "bus", bus, "devices", name)
+	root, err := filepath.EvalSymlinks(s.Root)
+	if err != nil {
+		return "", err
+	}
+	target, err := os.Readlink(link)
+	if err != nil && !errors.Is(err, syscall.EINVAL) {
+		return "", err
+	}
+	if err == nil && !filepath.IsAbs(target) {
+		p := filepath.Join(root, "bus", bus, "devices", target)
+		if strings.HasPrefix(p, filepath.Join(root, "devices")+string(filepath.Separator)) {
+			if fi, err := os.Lstat(p); err == nil && fi.IsDir() {
+				return p, nil
+			}
+		}
+	}
+	return filepath.EvalSymlinks(link)
 }
 
 // PathForDeviceID resolves a device ID as Multus and device plugins pass it:

@@ -237,3 +237,35 @@ func TestHas(t *testing.T) {
 		}
 	}
 }
+
+// BusDevicePath takes the kernel's relative bus links at their word and
+// must still land where full resolution lands, whatever shape the link has.
+func TestBusDevicePathMatchesFullResolution(t *testing.T) {
+	tr := mlx5Card(t)
+	link := filepath.Join(t.TempDir(), "sys")
+	if err := os.Symlink(tr.Root, link); err != nil {
+		t.Fatal(err)
+	}
+	busDir := filepath.Join(tr.Root, "bus", "pci", "devices")
+	// A link written absolute, and one whose path leaves the devices tree
+	// and comes back: both only resolvable the long way.
+	if err := os.Symlink(tr.Path(mlxPF1), filepath.Join(busDir, "abs")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("../../../class/../devices/"+mlxVF, filepath.Join(busDir, "detour")); err != nil {
+		t.Fatal(err)
+	}
+	for _, root := range []string{tr.Root, link} {
+		s := Sysfs{Root: root}
+		for _, name := range []string{"0000:3b:00.0", "0000:3b:00.1", "0000:3b:00.2", "abs", "detour"} {
+			want, err := filepath.EvalSymlinks(filepath.Join(busDir, name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := s.BusDevicePath("pci", name)
+			if err != nil || got != want {
+				t.Errorf("root %s: BusDevicePath(pci, %s) = %q, %v; want %q", root, name, got, err, want)
+			}
+		}
+	}
+}
