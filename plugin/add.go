@@ -303,13 +303,9 @@ func (c *call) nameFree(recs []*state.Record, name string) error {
 
 // printResult passes prevResult on in the version the runtime asked for.
 func (c *call) printResult() error {
-	res, err := c.conf.Result.GetAsVersion(c.conf.CNIVersion)
-	if err != nil {
-		return fmt.Errorf("cannot convert the result to version %s: %v", c.conf.CNIVersion, err)
-	}
 	out := c.p.Out
 	if out == nil {
 		out = os.Stdout
 	}
-	return res.PrintTo(out)
+	return c.conf.PrintResult(out)
 }

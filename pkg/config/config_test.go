@@ -1,6 +1,7 @@
 package config
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -8,7 +9,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/cni/pkg/types/create"
+	"github.com/containernetworking/cni/pkg/version"
 )
 
 func intp(i int) *int { return &i }
@@ -263,7 +267,8 @@ func TestParsePrevResultEachVersion(t *testing.T) {
 func TestParsePrevResultErrors(t *testing.T) {
 	tests := []struct{ name, stdin, want string }{
 		{"bad IP", `{"cniVersion":"1.0.0","name":"n","type":"t","prevResult":{"cniVersion":"1.0.0","ips":[{"address":"not-an-ip"}]}}`, "could not parse prevResult"},
-		{"prevResult not an object", `{"cniVersion":"1.0.0","name":"n","type":"t","prevResult":[1,2]}`, "failed to parse network configuration"},
+		{"prevResult not an object", `{"cniVersion":"1.0.0","name":"n","type":"t","prevResult":[1,2]}`, "could not parse prevResult"},
+		{"prevResult of an older version", `{"cniVersion":"1.0.0","name":"n","type":"t","prevResult":` + prevResultFor("0.4.0") + `}`, "could not parse prevResult"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -438,5 +443,80 @@ func TestParseSettingsLeavesPrevResultAlone(t *testing.T) {
 	}
 	if conf.Result != nil || conf.Name != "n" {
 		t.Errorf("ParseSettings gave Result %v, name %q; want no Result, name n", conf.Result, conf.Name)
+	}
+}
+
+// ADD's output is prevResult in the configuration's version, as the CNI
+// library's own parse-convert-print gives it, for every supported version,
+// for a result that leaves its version out, and for one in an older version.
+func TestPrintResultAsTheCNILibrary(t *testing.T) {
+	type tc struct{ name, confVersion, prev string }
+	var cases []tc
+	for _, v := range SupportedVersions {
+		cases = append(cases, tc{v, v, prevResultFor(v)})
+	}
+	noVersion := strings.Replace(prevResultFor("0.4.0"), `"cniVersion": "0.4.0",`, "", 1)
+	cases = append(cases, tc{"no version", "0.4.0", noVersion}, tc{"1.0.0 result, 1.1.0 config", "1.1.0", prevResultFor("1.0.0")})
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			stdin := []byte(`{"cniVersion":"` + c.confVersion + `","name":"rdma-net","type":"rdma-netns","prevResult":` + c.prev + `}`)
+			conf, err := Parse(stdin, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got bytes.Buffer
+			if err := conf.PrintResult(&got); err != nil {
+				t.Fatal(err)
+			}
+
+			var lib types.PluginConf
+			if err := json.Unmarshal(stdin, &lib); err != nil {
+				t.Fatal(err)
+			}
+			if err := version.ParsePrevResult(&lib); err != nil {
+				t.Fatal(err)
+			}
+			res, err := current.NewResultFromResult(lib.PrevResult)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, err := res.GetAsVersion(c.confVersion)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var want bytes.Buffer
+			if err := out.PrintTo(&want); err != nil {
+				t.Fatal(err)
+			}
+
+			// Compared as a runtime reads them: parsed in the config's version.
+			g, err := create.Create(c.confVersion, got.Bytes())
+			if err != nil {
+				t.Fatalf("output %s does not parse as a %s result: %v", got.Bytes(), c.confVersion, err)
+			}
+			w, err := create.Create(c.confVersion, want.Bytes())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(g, w) {
+				t.Fatalf("output %s\nthe CNI library prints %s", got.Bytes(), want.Bytes())
+			}
+		})
+	}
+}
+
+// A previous plugin's fields the CNI types do not know survive rdma-netns.
+func TestPrintResultKeepsUnknownFields(t *testing.T) {
+	stdin := `{"cniVersion":"1.1.0","name":"n","type":"rdma-netns","prevResult":{"cniVersion":"1.1.0","interfaces":[{"name":"net1","sandbox":"/x","pciID":"0000:3b:00.2"}]}}`
+	conf, err := Parse([]byte(stdin), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := conf.PrintResult(&out); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), `"pciID":"0000:3b:00.2"`) {
+		t.Fatalf("output %s lost the interface's pciID", out.String())
 	}
 }
