@@ -83,11 +83,21 @@ func (c *call) nearest(recs []*state.Record, what, path string) (target, error) 
 	if m, ok := c.p.Sysfs.Direct(path); ok {
 		return c.found(target{m.Device, fmt.Sprintf("%s: %s", what, m.Relation)}), nil
 	}
+	fallback := c.p.Sysfs.FallbackFunction(path)
+	// Next, the parents' paths alone decide, with the one device chosen
+	// checked; anything less clear-cut takes the full look below.
+	if cands, exact, err := c.p.Sysfs.Candidates(); err == nil && exact {
+		if matches := rdmadev.Closest(path, fallback, cands); len(matches) == 1 {
+			if d, ok := c.p.Sysfs.Complete(matches[0].Device); ok {
+				return c.found(target{d, fmt.Sprintf("%s: %s", what, matches[0].Relation)}), nil
+			}
+		}
+	}
 	devs, err := c.hostDevices()
 	if err != nil {
 		return target{}, err
 	}
-	matches := rdmadev.Closest(path, c.p.Sysfs.FallbackFunction(path), devs)
+	matches := rdmadev.Closest(path, fallback, devs)
 	switch len(matches) {
 	case 1:
 		m := matches[0]

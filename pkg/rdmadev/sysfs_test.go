@@ -269,3 +269,51 @@ func TestBusDevicePathMatchesFullResolution(t *testing.T) {
 		}
 	}
 }
+
+// Candidates must see what Devices sees, minus what Complete adds back for
+// the chosen device, or the quick look and the full one could pick
+// different devices for the same netdev.
+func TestCandidatesAgreeWithDevices(t *testing.T) {
+	for name, tr := range map[string]*sysfstest.Tree{"mlx5": mlx5Card(t), "e810": e810Card(t)} {
+		s := Sysfs{Root: tr.Root}
+		full, err := s.Devices()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cands, exact, err := s.Candidates()
+		if err != nil || !exact || len(cands) != len(full) {
+			t.Fatalf("%s: Candidates = %d devices, exact %v, %v; Devices has %d", name, len(cands), exact, err, len(full))
+		}
+		for i, c := range cands {
+			if c.Name != full[i].Name || c.DevPath != full[i].DevPath || c.PCIAddress != "" {
+				t.Errorf("%s: candidate %+v, device %+v", name, c, full[i])
+			}
+			if got, ok := s.Complete(c); !ok || got != full[i] {
+				t.Errorf("%s: Complete(%s) = %+v, %v; want %+v", name, c.Name, got, ok, full[i])
+			}
+		}
+	}
+}
+
+// A class link of another shape makes Candidates say it is not exact, and
+// a device gone since the listing is not completed.
+func TestCandidatesInexact(t *testing.T) {
+	tr := mlx5Card(t)
+	s := Sysfs{Root: tr.Root}
+	cands, _, err := s.Candidates()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.Remove("infiniband", "mlx5_1")
+	for _, c := range cands {
+		if _, ok := s.Complete(c); ok == (c.Name == "mlx5_1") {
+			t.Errorf("Complete(%s) = %v after mlx5_1 left the host", c.Name, ok)
+		}
+	}
+	if err := os.Symlink(tr.Path(mlxVF), filepath.Join(tr.Root, "class", "infiniband", "odd0")); err != nil {
+		t.Fatal(err)
+	}
+	if _, exact, err := s.Candidates(); err != nil || exact {
+		t.Fatalf("Candidates with an odd class link: exact %v, %v", exact, err)
+	}
+}
