@@ -1,11 +1,14 @@
 package state
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -475,5 +478,51 @@ func TestOpenChangesNothing(t *testing.T) {
 	}
 	if _, err := os.Stat(old); err != nil {
 		t.Error("a read-only List removed a temp file")
+	}
+}
+
+// Records are written by hand (encode); what encoding/json would write for
+// the same record is what every reader, and older plugins, expect: the
+// same bytes where encoding/json has nothing to HTML-escape, and the same
+// values always.
+func TestEncodeAsJSON(t *testing.T) {
+	full := testRecord("rdma-net", k8sContainerID, "net1", "mlx5_0")
+	full.Version = SchemaVersion
+	full.NetnsDev, full.NetnsIno = 4, 4026532840
+	full.PodName, full.DevPath, full.PCIAddress, full.Rule = "rdma0", "/sys/devices/pci0000:3a/0000:3b:00.0", "0000:3b:00.0", `netdev net1 (parent pci/0000:3b:00.0): directly under "it"`
+	full.QoS = true
+	full.K8sNamespace, full.K8sPod = "team-a", "trainer-0"
+	full.Created = time.Date(2026, 11, 23, 14, 5, 6, 789, time.UTC)
+	bare := testRecord("n", "c", "net1", "irdma0")
+	bare.Version = SchemaVersion
+	bare.Created = time.Date(2026, 1, 2, 3, 4, 5, 0, time.FixedZone("", 2*3600))
+	odd := testRecord("n", "c", "net1", "rxe0")
+	odd.Version = SchemaVersion
+	odd.Netns = `/run/netns/\a"b` + "\u00e9\u2028<&>\U0001F600"
+	odd.Rule = `back\slash "quoted"`
+
+	for name, r := range map[string]*Record{"full": full, "bare": bare, "odd": odd} {
+		got, err := r.encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := json.MarshalIndent(r, "", "  ")
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, '\n')
+		if name != "odd" && !bytes.Equal(got, want) {
+			t.Errorf("%s: encode wrote\n%s\nencoding/json writes\n%s", name, got, want)
+		}
+		var g, w map[string]any
+		if err := json.Unmarshal(got, &g); err != nil {
+			t.Fatalf("%s: encode wrote invalid JSON %s: %v", name, got, err)
+		}
+		if err := json.Unmarshal(want, &w); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(g, w) {
+			t.Errorf("%s: encode wrote %v, encoding/json %v", name, g, w)
+		}
 	}
 }
