@@ -36,7 +36,7 @@ type QoS struct {
 
 // NetConf is the plugin's entry in a conflist.
 //
-// It names the few keys of types.PluginConf it reads instead of embedding
+// It names the keys of types.PluginConf it uses instead of embedding
 // that type: a fresh process decoding into it paid, in the test VM, for
 // walking fields it never reads (IPAM, DNS, capabilities, a generic map
 // for prevResult) on every ADD and DEL.
@@ -44,6 +44,9 @@ type NetConf struct {
 	CNIVersion string `json:"cniVersion,omitempty"`
 	Name       string `json:"name,omitempty"`
 	Type       string `json:"type,omitempty"`
+	// Capabilities are the runtime capabilities this plugin asks for
+	// (deviceID); the runtime then fills RuntimeConfig.
+	Capabilities map[string]bool `json:"capabilities,omitempty"`
 	// ValidAttachments are the attachments a GC must keep.
 	ValidAttachments []types.GCAttachment `json:"cni.dev/valid-attachments,omitempty"`
 
