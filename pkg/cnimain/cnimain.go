@@ -24,6 +24,7 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/cni/pkg/version"
+	"golang.org/x/sys/unix"
 )
 
 // CmdArgs is one invocation: the CNI_* variables and the configuration.
@@ -60,7 +61,7 @@ type Exec struct {
 // Main runs the verb the environment names and exits 1 with the CNI error
 // on stdout when it fails.
 func Main(funcs Funcs, info version.PluginInfo, about string) {
-	x := Exec{Getenv: os.Getenv, Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, OwnNetns: "/proc/thread-self/ns/net"}
+	x := Exec{Getenv: os.Getenv, Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, OwnNetns: "/proc/self/ns/net"}
 	if e := x.Run(funcs, info, about); e != nil {
 		if err := e.Print(); err != nil {
 			log.Print("Error writing error JSON to stdout: ", err)
@@ -217,12 +218,11 @@ func (x Exec) isOwnNetns(path string) bool {
 	}
 	// A path that cannot be read is the verb's to judge (DEL of a pod whose
 	// netns is gone must succeed).
-	target, err := os.Stat(path)
-	if err != nil {
+	var target, own unix.Stat_t
+	if unix.Stat(path, &target) != nil || unix.Stat(x.OwnNetns, &own) != nil {
 		return false
 	}
-	own, err := os.Stat(x.OwnNetns)
-	return err == nil && os.SameFile(target, own)
+	return target.Dev == own.Dev && target.Ino == own.Ino
 }
 
 func overridden(v string) bool { return strings.EqualFold(v, "true") || v == "1" }
