@@ -10,7 +10,6 @@ import (
 	"strings"
 
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netlink/nl"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
@@ -60,8 +59,11 @@ func modeOfParam(b []byte) string {
 }
 
 // InHost reports whether the named device is in the caller's netns.
-func (Netlink) InHost(name string) (bool, error) {
-	_, found, err := find(name)
+func (Netlink) InHost(name string) (found bool, err error) {
+	err = withRDMA(func(c *conn) error {
+		_, found, err = c.lookup(name)
+		return err
+	})
 	return found, err
 }
 
@@ -82,9 +84,10 @@ func (Netlink) HostDevices() ([]string, error) {
 func (Netlink) InNetns(nsPath, name string) (bool, error) {
 	var found bool
 	err := visit(nsPath, func(netns.NsHandle) error {
-		var err error
-		_, found, err = find(name)
-		return err
+		return withRDMA(func(c *conn) (err error) {
+			_, found, err = c.lookup(name)
+			return err
+		})
 	})
 	return found, err
 }
@@ -107,17 +110,19 @@ func (Netlink) MoveToNetns(name, nsPath string) error {
 		return fmt.Errorf("failed to open netns %s: %v", nsPath, err)
 	}
 	defer target.Close()
-	link, found, err := find(name)
-	if err != nil {
-		return err
-	}
-	if !found {
-		return fmt.Errorf("RDMA device %s is not in the host network namespace", name)
-	}
-	if err := netlink.RdmaLinkSetNsFd(link, uint32(target)); err != nil {
-		return fmt.Errorf("failed to move RDMA device %s into netns %s: %v", name, nsPath, classify(err))
-	}
-	return nil
+	return withRDMA(func(c *conn) error {
+		d, found, err := c.lookup(name)
+		if err != nil {
+			return err
+		}
+		if !found {
+			return fmt.Errorf("RDMA device %s is not in the host network namespace", name)
+		}
+		if err := c.setNetns(d, int(target)); err != nil {
+			return fmt.Errorf("failed to move RDMA device %s into netns %s: %v", name, nsPath, err)
+		}
+		return nil
+	})
 }
 
 // MoveToHost moves a device from the netns at nsPath back to the caller's
@@ -125,17 +130,19 @@ func (Netlink) MoveToNetns(name, nsPath string) error {
 // so the request must come from inside the pod.
 func (Netlink) MoveToHost(name, nsPath string) error {
 	return visit(nsPath, func(host netns.NsHandle) error {
-		link, found, err := find(name)
-		if err != nil {
-			return err
-		}
-		if !found {
-			return fmt.Errorf("RDMA device %s is not in netns %s", name, nsPath)
-		}
-		if err := netlink.RdmaLinkSetNsFd(link, uint32(host)); err != nil {
-			return fmt.Errorf("failed to move RDMA device %s from netns %s back to the host: %v", name, nsPath, classify(err))
-		}
-		return nil
+		return withRDMA(func(c *conn) error {
+			d, found, err := c.lookup(name)
+			if err != nil {
+				return err
+			}
+			if !found {
+				return fmt.Errorf("RDMA device %s is not in netns %s", name, nsPath)
+			}
+			if err := c.setNetns(d, int(host)); err != nil {
+				return fmt.Errorf("failed to move RDMA device %s from netns %s back to the host: %v", name, nsPath, err)
+			}
+			return nil
+		})
 	})
 }
 
@@ -148,58 +155,62 @@ func (Netlink) MoveToHost(name, nsPath string) error {
 // the pod has the device under neither name.
 func (Netlink) Release(nsPath, hostName, podName string) (found bool, err error) {
 	err = visit(nsPath, func(host netns.NsHandle) error {
-		links, err := Links()
-		if err != nil {
-			return fmt.Errorf("cannot list the RDMA devices in netns %s: %v", nsPath, err)
-		}
-		link, asPodName := pick(links, hostName, podName)
-		if link == nil {
-			return nil
-		}
-		found = true
-		if asPodName {
-			if err := netlink.RdmaLinkSetName(link, hostName); err != nil {
-				return fmt.Errorf("cannot restore the name of RDMA device %s (called %s in the pod): %v", hostName, podName, classify(err))
+		return withRDMA(func(c *conn) error {
+			devs, err := c.devices()
+			if err != nil {
+				return fmt.Errorf("cannot list the RDMA devices in netns %s: %v", nsPath, err)
 			}
-		}
-		if err := netlink.RdmaLinkSetNsFd(link, uint32(host)); err != nil {
-			return fmt.Errorf("failed to move RDMA device %s from netns %s back to the host: %v", hostName, nsPath, classify(err))
-		}
-		return nil
+			d, ok, asPodName := pick(devs, hostName, podName)
+			if !ok {
+				return nil
+			}
+			found = true
+			if asPodName {
+				if err := c.rename(d, hostName); err != nil {
+					return fmt.Errorf("cannot restore the name of RDMA device %s (called %s in the pod): %v", hostName, podName, err)
+				}
+			}
+			if err := c.setNetns(d, int(host)); err != nil {
+				return fmt.Errorf("failed to move RDMA device %s from netns %s back to the host: %v", hostName, nsPath, err)
+			}
+			return nil
+		})
 	})
 	return found, err
 }
 
 // pick finds the device under its pod-side name first: a host name alone
 // may belong to another device once the device was renamed.
-func pick(links []*netlink.RdmaLink, hostName, podName string) (link *netlink.RdmaLink, asPodName bool) {
-	for _, l := range links {
-		if podName != "" && podName != hostName && l.Attrs.Name == podName {
-			return l, true
+func pick(devs []device, hostName, podName string) (d device, ok, asPodName bool) {
+	for _, d := range devs {
+		if podName != "" && podName != hostName && d.name == podName {
+			return d, true, true
 		}
 	}
-	for _, l := range links {
-		if l.Attrs.Name == hostName {
-			return l, false
+	for _, d := range devs {
+		if d.name == hostName {
+			return d, true, false
 		}
 	}
-	return nil, false
+	return device{}, false, false
 }
 
 // Rename renames a device in the netns at nsPath ("" for the caller's).
 func (Netlink) Rename(nsPath, from, to string) error {
 	rename := func() error {
-		link, found, err := find(from)
-		if err != nil {
-			return err
-		}
-		if !found {
-			return fmt.Errorf("RDMA device %s not found", from)
-		}
-		if err := netlink.RdmaLinkSetName(link, to); err != nil {
-			return fmt.Errorf("failed to rename RDMA device %s to %s: %v", from, to, classify(err))
-		}
-		return nil
+		return withRDMA(func(c *conn) error {
+			d, found, err := c.lookup(from)
+			if err != nil {
+				return err
+			}
+			if !found {
+				return fmt.Errorf("RDMA device %s not found", from)
+			}
+			if err := c.rename(d, to); err != nil {
+				return fmt.Errorf("failed to rename RDMA device %s to %s: %v", from, to, err)
+			}
+			return nil
+		})
 	}
 	if nsPath == "" {
 		return rename()
@@ -229,32 +240,30 @@ const rtextFilterSkipStats = 1 << 3
 // every kind of link, code that a freshly started plugin pays to run on
 // each ADD (a first LinkByName took 2.1 ms in the test VM, a second 0.8).
 func parentOf(ifName string) (bus, dev string, err error) {
-	req := nl.NewNetlinkRequest(unix.RTM_GETLINK, unix.NLM_F_ACK)
-	req.AddData(nl.NewIfInfomsg(unix.AF_UNSPEC))
-	req.AddData(nl.NewRtAttr(unix.IFLA_IFNAME, nl.ZeroTerminated(ifName)))
-	req.AddData(nl.NewRtAttr(unix.IFLA_EXT_MASK, nl.Uint32Attr(rtextFilterSkipStats)))
-	msgs, err := req.Execute(unix.NETLINK_ROUTE, unix.RTM_NEWLINK)
+	c, err := dial(unix.NETLINK_ROUTE)
 	if err != nil {
 		return "", "", err
 	}
-	if len(msgs) != 1 || len(msgs[0]) < unix.SizeofIfInfomsg {
-		return "", "", fmt.Errorf("unexpected rtnetlink answer (%d messages)", len(msgs))
-	}
-	attrs := msgs[0][unix.SizeofIfInfomsg:]
-	return attrString(attrs, unix.IFLA_PARENT_DEV_BUS_NAME), attrString(attrs, unix.IFLA_PARENT_DEV_NAME), nil
-}
-
-func find(name string) (*netlink.RdmaLink, bool, error) {
-	links, err := Links()
-	if err != nil {
-		return nil, false, err
-	}
-	for _, l := range links {
-		if l.Attrs.Name == name {
-			return l, true, nil
+	defer c.close()
+	payload := make([]byte, unix.SizeofIfInfomsg) // AF_UNSPEC, any index
+	payload = append(payload, newAttr(unix.IFLA_IFNAME, append([]byte(ifName), 0))...)
+	payload = append(payload, newAttr(unix.IFLA_EXT_MASK, u32(rtextFilterSkipStats))...)
+	n := 0
+	err = c.request(unix.RTM_GETLINK, 0, payload, func(typ uint16, data []byte) {
+		if typ != unix.RTM_NEWLINK || len(data) < unix.SizeofIfInfomsg {
+			return
 		}
+		n++
+		a := data[unix.SizeofIfInfomsg:]
+		bus, dev = attrString(a, unix.IFLA_PARENT_DEV_BUS_NAME), attrString(a, unix.IFLA_PARENT_DEV_NAME)
+	})
+	if err != nil {
+		return "", "", err
 	}
-	return nil, false, nil
+	if n != 1 {
+		return "", "", fmt.Errorf("unexpected rtnetlink answer (%d links)", n)
+	}
+	return bus, dev, nil
 }
 
 // Links lists the RDMA devices of the calling thread's netns, retrying

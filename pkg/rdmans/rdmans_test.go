@@ -277,12 +277,7 @@ func TestBadNetnsPath(t *testing.T) {
 }
 
 func TestPickPrefersThePodName(t *testing.T) {
-	link := func(name string) *netlink.RdmaLink {
-		l := &netlink.RdmaLink{}
-		l.Attrs.Name = name
-		return l
-	}
-	links := []*netlink.RdmaLink{link("mlx5_0"), link("rdma_net1"), link("mlx5_1")}
+	devs := []device{{1, "mlx5_0"}, {2, "rdma_net1"}, {3, "mlx5_1"}}
 	tests := []struct {
 		host, pod, want string
 		asPod           bool
@@ -294,10 +289,10 @@ func TestPickPrefersThePodName(t *testing.T) {
 		{"mlx5_9", "gone", "", false},              // not in the pod
 	}
 	for _, tt := range tests {
-		l, asPod := pick(links, tt.host, tt.pod)
+		d, ok, asPod := pick(devs, tt.host, tt.pod)
 		got := ""
-		if l != nil {
-			got = l.Attrs.Name
+		if ok {
+			got = d.name
 		}
 		if got != tt.want || asPod != tt.asPod {
 			t.Errorf("pick(%s, %q) = %q, %v; want %q, %v", tt.host, tt.pod, got, asPod, tt.want, tt.asPod)
