@@ -13,6 +13,9 @@ import (
 	"github.com/rdma-netns/rdma-netns/pkg/state"
 )
 
+// ownNetns is the plugin's own network namespace.
+const ownNetns = "/proc/self/ns/net"
+
 // Add moves the RDMA device of the pod's netdev into the pod netns.
 func (p *Plugin) Add(args *cnimain.CmdArgs) error {
 	c, err := p.newCall(args, true)
@@ -39,6 +42,12 @@ func (c *call) add() error {
 	var err error
 	if c.netnsID, err = inventory.Identify(c.args.Netns); err != nil {
 		return types.NewError(types.ErrInvalidNetNS, fmt.Sprintf("cannot use pod netns %q: %v", c.args.Netns, err), "")
+	}
+	// What the CNI library's skel refuses after ADD, refused before it: a
+	// device "moved" into the plugin's own netns would stay in the host
+	// with a record saying a pod has it.
+	if own, err := inventory.Stat(ownNetns); err == nil && own == c.netnsID && !c.args.NetnsOverridden() {
+		return types.NewError(types.ErrInvalidNetNS, "plugin's netns and netns from CNI_NETNS should not be the same", c.args.Netns)
 	}
 
 	if err := c.exclusive(); err != nil {

@@ -308,6 +308,27 @@ func TestAddRefusals(t *testing.T) {
 	}
 }
 
+// A runtime handing the plugin its own netns as the pod's is refused before
+// anything moves (the CNI library's skel would refuse it only afterwards).
+func TestAddRefusesOwnNetns(t *testing.T) {
+	e := newEnv(t)
+	p := e.newPod("c1", "net1", "virtio", "virtio1")
+	before := e.kernel.snapshot()
+	a := e.args(p, e.netconf(p, "1.1.0", nil), "")
+	a.Netns = "/proc/self/ns/net"
+	err := e.plugin.Add(a)
+	var te *types.Error
+	if !errors.As(err, &te) || te.Code != types.ErrInvalidNetNS {
+		t.Fatalf("ADD into the plugin's own netns: %v, want CNI error %d", err, types.ErrInvalidNetNS)
+	}
+	if after := e.kernel.snapshot(); after != before {
+		t.Fatalf("devices changed: %s -> %s", before, after)
+	}
+	if recs := e.records(); len(recs) != 0 {
+		t.Fatalf("records left: %+v", recs)
+	}
+}
+
 func TestBadContainerIDChangesNothing(t *testing.T) {
 	for _, id := range []string{"../../etc/passwd", "a/b", "x\x00y", strings.Repeat("a", 300)} {
 		e := newEnv(t)
