@@ -112,7 +112,8 @@ func badInput(n, other rig.NIC) {
 		{"stdin not JSON", withStdin([]byte("\x00\x01\x02garbage")), false},
 		{"stdin JSON array", withStdin([]byte(`[1,2,3]`)), false},
 		{"cniVersion 0.1.0", withConf(map[string]any{"cniVersion": "0.1.0"}), false},
-		{"prevResult not an object", withConf(map[string]any{"prevResult": "oops"}), false},
+		// DEL never reads prevResult, so it has nothing to refuse there.
+		{"prevResult not an object", withConf(map[string]any{"prevResult": "oops"}), true},
 		{"prevResult with 10000 interfaces", withConf(map[string]any{"prevResult": manyIfaces(podPath)}), true},
 	}
 	for _, c := range cases {

@@ -142,6 +142,9 @@ func Parse(stdin []byte, cniArgs string) (*NetConf, error) {
 	if err != nil || conf.PrevResultJSON == nil || string(conf.PrevResultJSON) == "null" {
 		return conf, err
 	}
+	if t := bytes.TrimSpace(conf.PrevResultJSON); len(t) == 0 || t[0] != '{' {
+		return nil, errors.New("could not parse prevResult: it is not a JSON object; the plugin before rdma-netns in the chain must pass on a CNI result")
+	}
 	var prev struct {
 		CNIVersion string `json:"cniVersion"`
 	}
