@@ -444,6 +444,14 @@ func TestParseSettingsLeavesPrevResultAlone(t *testing.T) {
 	if conf.Result != nil || conf.Name != "n" {
 		t.Errorf("ParseSettings gave Result %v, name %q; want no Result, name n", conf.Result, conf.Name)
 	}
+	// Not even a JSON object: ADD says so, DEL does not care.
+	stdin = []byte(`{"cniVersion":"1.0.0","name":"n","type":"rdma-netns","prevResult":"oops"}`)
+	if _, err := Parse(stdin, ""); err == nil || !strings.Contains(err.Error(), "not a JSON object") {
+		t.Errorf("Parse of a string prevResult: %v", err)
+	}
+	if _, err := ParseSettings(stdin, ""); err != nil {
+		t.Errorf("ParseSettings of a string prevResult: %v", err)
+	}
 }
 
 // ADD's output is prevResult in the configuration's version, as the CNI
