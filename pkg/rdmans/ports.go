@@ -86,7 +86,7 @@ type PortInfo struct {
 // thread's netns: the kernel pairs port and netdev itself, with or without
 // GIDs (a port whose netdev is down has none).
 func Ports(index uint32) ([]PortInfo, error) {
-	proto := nl.RDMA_NL_NLDEV<<nl.RDMA_NL_GET_CLIENT_SHIFT | rdmaNldevCmdPortGet
+	proto := int(rdmaType(rdmaNldevCmdPortGet))
 	req := nl.NewNetlinkRequest(proto, unix.NLM_F_ACK|unix.NLM_F_DUMP)
 	b := make([]byte, 4)
 	nl.NativeEndian().PutUint32(b, index)
