@@ -1,18 +1,16 @@
 package doctor
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
 
 	"github.com/Mellanox/rdmamap"
-	"golang.org/x/sys/unix"
 
+	"github.com/rdma-netns/rdma-netns/pkg/nssysfs"
 	"github.com/rdma-netns/rdma-netns/pkg/rdmadev"
 )
 
@@ -222,48 +220,6 @@ func hostSysfsIn(root string) func(nsPath string, fn func(root string) error) er
 		if nsPath == "" {
 			return fn(root)
 		}
-		return PrivateSysfs(nsPath, fn)
+		return nssysfs.In(nsPath, fn)
 	}
-}
-
-// PrivateSysfs runs fn on a new OS thread that has its own mount namespace,
-// has joined the netns at nsPath and has a sysfs mounted there on /sys.
-// The thread is never unlocked, so the Go runtime ends it together with
-// its namespaces when fn returns. Needs CAP_SYS_ADMIN.
-func PrivateSysfs(nsPath string, fn func(root string) error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread dies with its mount namespace
-		if unix.Gettid() == unix.Getpid() {
-			// The main thread is never ended, only parked, and it is what
-			// /proc/PID/ns/* of this process shows. Keep it locked here so
-			// the work must land on another thread, then let it go.
-			errc <- PrivateSysfs(nsPath, fn)
-			runtime.UnlockOSThread()
-			return
-		}
-		errc <- func() error {
-			if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
-				return fmt.Errorf("private mount namespace: %w", err)
-			}
-			// Keep our mounts from propagating back to the host.
-			if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-				return fmt.Errorf("private mount namespace: %w", err)
-			}
-			fd, err := unix.Open(nsPath, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-			if err != nil {
-				return fmt.Errorf("open netns %s: %w", nsPath, err)
-			}
-			err = unix.Setns(fd, unix.CLONE_NEWNET)
-			unix.Close(fd)
-			if err != nil {
-				return fmt.Errorf("enter netns %s: %w", nsPath, err)
-			}
-			if err := unix.Mount("sysfs", "/sys", "sysfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
-				return fmt.Errorf("mount sysfs for netns %s: %w", nsPath, err)
-			}
-			return fn("/sys")
-		}()
-	}()
-	return <-errc
 }

@@ -8,7 +8,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
-	"github.com/rdma-netns/rdma-netns/pkg/doctor"
+	"github.com/rdma-netns/rdma-netns/pkg/nssysfs"
 	"github.com/rdma-netns/rdma-netns/pkg/rdmans"
 )
 
@@ -20,7 +20,7 @@ type NodeReader struct {
 
 // Read implements Reader. For a netns other than its own it runs on a
 // fresh OS thread that joins the netns and mounts a sysfs there (see
-// doctor.PrivateSysfs): sysfs shows only the RDMA devices and netdevs of
+// nssysfs.In): sysfs shows only the RDMA devices and netdevs of
 // the netns it was mounted from, and netlink sockets opened on that thread
 // talk to that netns. The thread is never returned to the Go runtime, so a
 // thread left in a pod's namespaces cannot run anything else.
@@ -29,7 +29,7 @@ func (r NodeReader) Read(nsPath string, devices []string) ([]DeviceStats, error)
 		return readHere(r.SysfsRoot, devices)
 	}
 	var out []DeviceStats
-	err := doctor.PrivateSysfs(nsPath, func(root string) error {
+	err := nssysfs.In(nsPath, func(root string) error {
 		var err error
 		out, err = readHere(root, devices)
 		return err

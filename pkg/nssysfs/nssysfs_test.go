@@ -1,4 +1,4 @@
-package doctor
+package nssysfs
 
 import (
 	"os"
@@ -10,9 +10,9 @@ import (
 	"github.com/rdma-netns/rdma-netns/pkg/inventory"
 )
 
-// PrivateSysfs shows the netdevs of the target netns (a fresh one has only
-// lo) and leaves the doctor's own view of /sys and its netns alone.
-func TestPrivateSysfs(t *testing.T) {
+// In shows the netdevs of the target netns (a fresh one has only
+// lo) and leaves the caller's own view of /sys and its netns alone.
+func TestIn(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: creates a netns and mounts sysfs")
 	}
@@ -29,7 +29,7 @@ func TestPrivateSysfs(t *testing.T) {
 	hostNet := classNet(t, "/sys")
 	for i := 0; i < 3; i++ { // new threads each time, none left behind in the netns
 		var inside []string
-		if err := PrivateSysfs(target.Path(), func(root string) error {
+		if err := In(target.Path(), func(root string) error {
 			inside = classNet(t, root)
 			return nil
 		}); err != nil {
@@ -43,9 +43,9 @@ func TestPrivateSysfs(t *testing.T) {
 		t.Fatalf("host /sys/class/net changed: %v -> %v", hostNet, got)
 	}
 	if after, _ := inventory.Stat("/proc/self/ns/net"); after != before {
-		t.Fatal("the doctor's main thread left its netns")
+		t.Fatal("the caller's main thread left its netns")
 	}
-	if err := PrivateSysfs("/nonexistent", func(string) error { return nil }); err == nil {
+	if err := In("/nonexistent", func(string) error { return nil }); err == nil {
 		t.Fatal("no error for a missing netns")
 	}
 }
