@@ -3,11 +3,12 @@ package plugin
 import (
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
+	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 
-	"github.com/rdma-netns/rdma-netns/pkg/cnimain"
 	"github.com/rdma-netns/rdma-netns/pkg/deviceinfo"
 	"github.com/rdma-netns/rdma-netns/pkg/inventory"
 	"github.com/rdma-netns/rdma-netns/pkg/state"
@@ -16,8 +17,15 @@ import (
 // ownNetns is the plugin's own network namespace.
 const ownNetns = "/proc/self/ns/net"
 
+// netnsOverridden reports whether the runtime set CNI_NETNS_OVERRIDE: it
+// runs the plugin inside the container's netns on purpose, so CNI_NETNS may
+// be the plugin's own (skel's rule for its own check after ADD and DEL).
+func netnsOverridden(args *skel.CmdArgs) bool {
+	return strings.EqualFold(args.NetnsOverride, "true") || args.NetnsOverride == "1"
+}
+
 // Add moves the RDMA device of the pod's netdev into the pod netns.
-func (p *Plugin) Add(args *cnimain.CmdArgs) error {
+func (p *Plugin) Add(args *skel.CmdArgs) error {
 	c, err := p.newCall(args, true)
 	if err != nil {
 		return err
@@ -46,7 +54,7 @@ func (c *call) add() error {
 	// What the CNI library's skel refuses after ADD, refused before it: a
 	// device "moved" into the plugin's own netns would stay in the host
 	// with a record saying a pod has it.
-	if own, err := inventory.Stat(ownNetns); err == nil && own == c.netnsID && !c.args.NetnsOverridden() {
+	if own, err := inventory.Stat(ownNetns); err == nil && own == c.netnsID && !netnsOverridden(c.args) {
 		return types.NewError(types.ErrInvalidNetNS, "plugin's netns and netns from CNI_NETNS should not be the same", c.args.Netns)
 	}
 

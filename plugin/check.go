@@ -4,15 +4,15 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 
-	"github.com/rdma-netns/rdma-netns/pkg/cnimain"
 	"github.com/rdma-netns/rdma-netns/pkg/state"
 )
 
 // Check verifies that the attachment still holds: its device is in the pod,
 // the subsystem is still exclusive, and prevResult still has the netdev.
-func (p *Plugin) Check(args *cnimain.CmdArgs) error {
+func (p *Plugin) Check(args *skel.CmdArgs) error {
 	c, err := p.newCall(args, true)
 	if err != nil {
 		return err

@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 
-	"github.com/rdma-netns/rdma-netns/pkg/cnimain"
 	"github.com/rdma-netns/rdma-netns/pkg/inventory"
 	"github.com/rdma-netns/rdma-netns/pkg/rdmans"
 	"github.com/rdma-netns/rdma-netns/pkg/state"
@@ -16,7 +16,7 @@ import (
 // Del returns the attachment's RDMA device to the host. It runs before the
 // netdev plugin's DEL (chains delete in reverse), so the netdev is still in
 // the pod. It succeeds whenever there is nothing left to undo.
-func (p *Plugin) Del(args *cnimain.CmdArgs) error {
+func (p *Plugin) Del(args *skel.CmdArgs) error {
 	c, err := p.newCall(args, false)
 	if err != nil {
 		return err

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/plugins/pkg/ns"
 
-	"github.com/rdma-netns/rdma-netns/pkg/cnimain"
 	"github.com/rdma-netns/rdma-netns/pkg/config"
 
 	"github.com/rdma-netns/rdma-netns/pkg/logging"
@@ -386,7 +386,7 @@ func newEnv(t *testing.T) *env {
 		Kernel:      e.kernel,
 		Sysfs:       rdmadev.Sysfs{Root: tr.Root},
 		LockTimeout: 5 * time.Second,
-		NewLogger:   func(*config.NetConf, *cnimain.CmdArgs) *logging.Logger { return logging.NewWriter(e.log, "debug") },
+		NewLogger:   func(*config.NetConf, *skel.CmdArgs) *logging.Logger { return logging.NewWriter(e.log, "debug") },
 	}
 	return e
 }

@@ -13,10 +13,10 @@ import (
 	"io"
 	"time"
 
+	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/plugins/pkg/ns"
 
-	"github.com/rdma-netns/rdma-netns/pkg/cnimain"
 	"github.com/rdma-netns/rdma-netns/pkg/config"
 	"github.com/rdma-netns/rdma-netns/pkg/inventory"
 	"github.com/rdma-netns/rdma-netns/pkg/logging"
@@ -68,7 +68,7 @@ type Plugin struct {
 	// LockTimeout bounds the wait for the node-wide state lock.
 	LockTimeout time.Duration
 	// NewLogger builds the logger for one call; nil means per config.
-	NewLogger func(conf *config.NetConf, args *cnimain.CmdArgs) *logging.Logger
+	NewLogger func(conf *config.NetConf, args *skel.CmdArgs) *logging.Logger
 	// Out receives the result; nil means stdout.
 	Out io.Writer
 }
@@ -78,15 +78,15 @@ func New() *Plugin {
 	return &Plugin{Kernel: hostKernel{}, Sysfs: rdmadev.Sysfs{Root: "/sys"}, LockTimeout: 30 * time.Second}
 }
 
-// Funcs are the verbs for cnimain.Main.
-func (p *Plugin) Funcs() cnimain.Funcs {
-	return cnimain.Funcs{Add: p.Add, Del: p.Del, Check: p.Check, Status: p.Status, GC: p.GC}
+// Funcs are the verbs for skel.PluginMainFuncs.
+func (p *Plugin) Funcs() skel.CNIFuncs {
+	return skel.CNIFuncs{Add: p.Add, Del: p.Del, Check: p.Check, Status: p.Status, GC: p.GC}
 }
 
 // call is the per-invocation context shared by the verbs.
 type call struct {
 	p     *Plugin
-	args  *cnimain.CmdArgs
+	args  *skel.CmdArgs
 	conf  *config.NetConf
 	log   *logging.Logger
 	store *state.Store
@@ -99,7 +99,7 @@ type call struct {
 
 // newCall parses the configuration; withResult also converts prevResult,
 // which only ADD and CHECK read.
-func (p *Plugin) newCall(args *cnimain.CmdArgs, withResult bool) (*call, error) {
+func (p *Plugin) newCall(args *skel.CmdArgs, withResult bool) (*call, error) {
 	parse := config.ParseSettings
 	if withResult {
 		parse = config.Parse

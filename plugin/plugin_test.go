@@ -16,7 +16,6 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/containernetworking/plugins/pkg/testutils"
 
-	"github.com/rdma-netns/rdma-netns/pkg/cnimain"
 	"github.com/rdma-netns/rdma-netns/pkg/state"
 )
 
@@ -88,24 +87,24 @@ func (e *env) netconf(p pod, version string, extra map[string]any) []byte {
 	return b
 }
 
-func (e *env) args(p pod, conf []byte, cniArgs string) *cnimain.CmdArgs {
-	return &cnimain.CmdArgs{ContainerID: p.id, Netns: p.path(), IfName: p.ifName, Args: cniArgs, StdinData: conf}
+func (e *env) args(p pod, conf []byte, cniArgs string) *skel.CmdArgs {
+	return &skel.CmdArgs{ContainerID: p.id, Netns: p.path(), IfName: p.ifName, Args: cniArgs, StdinData: conf}
 }
 
 func (e *env) add(p pod, conf []byte, cniArgs string) (types.Result, error) {
 	a := e.args(p, conf, cniArgs)
-	r, _, err := testutils.CmdAddWithArgs((*skel.CmdArgs)(a), func() error { return e.plugin.Add(a) })
+	r, _, err := testutils.CmdAddWithArgs(a, func() error { return e.plugin.Add(a) })
 	return r, err
 }
 
 func (e *env) del(p pod, conf []byte) error {
 	a := e.args(p, conf, "")
-	return testutils.CmdDelWithArgs((*skel.CmdArgs)(a), func() error { return e.plugin.Del(a) })
+	return testutils.CmdDelWithArgs(a, func() error { return e.plugin.Del(a) })
 }
 
 func (e *env) check(p pod, conf []byte) error {
 	a := e.args(p, conf, "")
-	return testutils.CmdCheckWithArgs((*skel.CmdArgs)(a), func() error { return e.plugin.Check(a) })
+	return testutils.CmdCheckWithArgs(a, func() error { return e.plugin.Check(a) })
 }
 
 func (e *env) records() []*state.Record {
@@ -611,7 +610,7 @@ func TestStatus(t *testing.T) {
 	p := e.newPod("c1", "net1", "virtio", "virtio1")
 	conf := e.netconf(p, "1.1.0", map[string]any{"prevResult": nil})
 	status := func() error {
-		a := &cnimain.CmdArgs{StdinData: conf}
+		a := &skel.CmdArgs{StdinData: conf}
 		return e.plugin.Status(a)
 	}
 	if err := status(); err != nil {
@@ -645,7 +644,7 @@ func TestGC(t *testing.T) {
 		"prevResult":                nil,
 		"cni.dev/valid-attachments": []map[string]string{{"containerID": "keep", "ifname": "net1"}},
 	})
-	if err := e.plugin.GC(&cnimain.CmdArgs{StdinData: conf}); err != nil {
+	if err := e.plugin.GC(&skel.CmdArgs{StdinData: conf}); err != nil {
 		t.Fatalf("GC: %v", err)
 	}
 	e.wantWhere("rxe1", keep.path())

@@ -4,15 +4,15 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 
-	"github.com/rdma-netns/rdma-netns/pkg/cnimain"
 	"github.com/rdma-netns/rdma-netns/pkg/state"
 )
 
 // Status reports whether ADDs can succeed: the RDMA subsystem answers and is
 // in exclusive mode (or the operator allowed shared mode).
-func (p *Plugin) Status(args *cnimain.CmdArgs) error {
+func (p *Plugin) Status(args *skel.CmdArgs) error {
 	c, err := p.newCall(args, false)
 	if err != nil {
 		return err
@@ -25,7 +25,7 @@ func (p *Plugin) Status(args *cnimain.CmdArgs) error {
 
 // GC removes the records of this network's attachments that the runtime no
 // longer knows, returning their devices to the host.
-func (p *Plugin) GC(args *cnimain.CmdArgs) error {
+func (p *Plugin) GC(args *skel.CmdArgs) error {
 	c, err := p.newCall(args, false)
 	if err != nil {
 		return err

@@ -20,12 +20,12 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
 	"github.com/rdma-netns/rdma-netns/e2e/internal/rig"
-	"github.com/rdma-netns/rdma-netns/pkg/cnimain"
 	"github.com/rdma-netns/rdma-netns/pkg/config"
 	"github.com/rdma-netns/rdma-netns/pkg/rdmadev"
 	"github.com/rdma-netns/rdma-netns/pkg/rdmans"
@@ -357,7 +357,7 @@ func inProcess(rep *report, pod *rig.Pod, netdev, dev string, floorIn, floorOut 
 	p := plugin.New()
 	p.Out = io.Discard
 	conf := rig.PluginConf("bench", netdev, pod.Path(), nil)
-	args := &cnimain.CmdArgs{ContainerID: "bench-inproc", Netns: pod.Path(), IfName: netdev, StdinData: conf}
+	args := &skel.CmdArgs{ContainerID: "bench-inproc", Netns: pod.Path(), IfName: netdev, StdinData: conf}
 	var adds, dels []time.Duration
 	for i := 0; i < *rounds; i++ {
 		t0 := time.Now()
