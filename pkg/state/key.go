@@ -2,6 +2,7 @@ package state
 
 import (
 	"cmp"
+	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"strings"
@@ -130,7 +131,7 @@ func validateText(what, s string) error {
 // The key is stored inside the file as well, so List can return keys and a
 // file whose content does not hash to its name is detected as corrupt.
 func (k Key) fileName() string {
-	sum := sum256([]byte(k.Network + "\x00" + k.ContainerID + "\x00" + k.IfName))
+	sum := sha256.Sum256([]byte(k.Network + "\x00" + k.ContainerID + "\x00" + k.IfName))
 	return hex.EncodeToString(sum[:]) + recordSuffix
 }
 
@@ -140,7 +141,7 @@ const recordSuffix = ".json"
 // so List skips the lock file, temp files and anything an operator left.
 func isRecordFileName(name string) bool {
 	hexPart, ok := strings.CutSuffix(name, recordSuffix)
-	if !ok || len(hexPart) != 2*sha256Size {
+	if !ok || len(hexPart) != 2*sha256.Size {
 		return false
 	}
 	for i := 0; i < len(hexPart); i++ {

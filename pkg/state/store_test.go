@@ -1,14 +1,11 @@
 package state
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"io/fs"
 	"os"
 	"path/filepath"
-	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -481,48 +478,89 @@ func TestOpenChangesNothing(t *testing.T) {
 	}
 }
 
-// Records are written by hand (encode); what encoding/json would write for
-// the same record is what every reader, and older plugins, expect: the
-// same bytes where encoding/json has nothing to HTML-escape, and the same
-// values always.
-func TestEncodeAsJSON(t *testing.T) {
-	full := testRecord("rdma-net", k8sContainerID, "net1", "mlx5_0")
-	full.Version = SchemaVersion
-	full.NetnsDev, full.NetnsIno = 4, 4026532840
-	full.PodName, full.DevPath, full.PCIAddress, full.Rule = "rdma0", "/sys/devices/pci0000:3a/0000:3b:00.0", "0000:3b:00.0", `netdev net1 (parent pci/0000:3b:00.0): directly under "it"`
-	full.QoS = true
-	full.K8sNamespace, full.K8sPod = "team-a", "trainer-0"
-	full.Created = time.Date(2026, 11, 23, 14, 5, 6, 789, time.UTC)
-	bare := testRecord("n", "c", "net1", "irdma0")
-	bare.Version = SchemaVersion
-	bare.Created = time.Date(2026, 1, 2, 3, 4, 5, 0, time.FixedZone("", 2*3600))
-	odd := testRecord("n", "c", "net1", "rxe0")
-	odd.Version = SchemaVersion
-	odd.Netns = `/run/netns/\a"b` + "\u00e9\u2028<&>\U0001F600"
-	odd.Rule = `back\slash "quoted"`
-
-	for name, r := range map[string]*Record{"full": full, "bare": bare, "odd": odd} {
-		got, err := r.encode()
+// Records written by earlier builds are found under the same name and
+// read back as they were, so an upgrade needs no migration step: the
+// files below are what builds wrote (the first with the escaped '<', '>'
+// and '&' of json.MarshalIndent, the others as encode writes them), and
+// the names are SHA-256 of network, container ID and interface name
+// joined by NUL (printf 'rdma-net\0003f2a9c0e1b7d\000net1' | sha256sum).
+func TestRecordFilesOfEarlierBuilds(t *testing.T) {
+	const full = `{
+  "version": 1,
+  "network": "rdma-net",
+  "containerID": "3f2a9c0e1b7d",
+  "ifName": "net1",
+  "netns": "/var/run/netns/cni-5d1c2a",
+  "netnsDev": 4,
+  "netnsIno": 4026532840,
+  "rdmaDevice": "mlx5_0",
+  "podDevName": "rdma_net1",
+  "devPath": "/sys/devices/pci0000:3a/0000:3a:00.0/0000:3b:00.0",
+  "pciAddress": "0000:3b:00.0",
+  "rule": "netdev net1 (parent pci/0000:3b:00.0): directly under \"it\" <&>",
+  "state": "attached",
+  "qos": true,
+  "k8sNamespace": "team-a",
+  "k8sPod": "trainer-0",
+  "created": "2026-11-23T14:05:06.000000789Z"
+}
+`
+	const bare = `{
+  "version": 1,
+  "network": "n",
+  "containerID": "c",
+  "ifName": "net1",
+  "netns": "/proc/4711/ns/net",
+  "rdmaDevice": "irdma0",
+  "state": "moving",
+  "created": "2026-01-02T03:04:05+02:00"
+}
+`
+	escaped := strings.Replace(full, "<&>", `\u003c\u0026\u003e`, 1)
+	wantFull := Record{
+		Version: 1, Key: Key{Network: "rdma-net", ContainerID: "3f2a9c0e1b7d", IfName: "net1"},
+		Netns: "/var/run/netns/cni-5d1c2a", NetnsDev: 4, NetnsIno: 4026532840,
+		Device: "mlx5_0", PodName: "rdma_net1", DevPath: "/sys/devices/pci0000:3a/0000:3a:00.0/0000:3b:00.0",
+		PCIAddress: "0000:3b:00.0", Rule: `netdev net1 (parent pci/0000:3b:00.0): directly under "it" <&>`,
+		State: StateAttached, QoS: true, K8sNamespace: "team-a", K8sPod: "trainer-0",
+		Created: time.Date(2026, 11, 23, 14, 5, 6, 789, time.UTC),
+	}
+	for _, c := range []struct {
+		name, file, data, rewritten string
+		key                         Key
+		device                      string
+	}{
+		{"full, escaped", "6c25da08d64cc52174bf14584a6ab8b57d7f7fed0d5d50155f8141a54dc0ae58.json", escaped, full, wantFull.Key, "mlx5_0"},
+		{"full", "6c25da08d64cc52174bf14584a6ab8b57d7f7fed0d5d50155f8141a54dc0ae58.json", full, full, wantFull.Key, "mlx5_0"},
+		{"bare", "72159ca8ab9adb256c2e1c63a274e53bd7965e09f21e5404e38ffcf840ca7de8.json", bare, bare, Key{Network: "n", ContainerID: "c", IfName: "net1"}, "irdma0"},
+	} {
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, c.file), []byte(c.data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		s, err := New(dir)
 		if err != nil {
 			t.Fatal(err)
 		}
-		want, err := json.MarshalIndent(r, "", "  ")
+		r, err := s.Get(c.key)
 		if err != nil {
+			t.Fatalf("%s: the record of an earlier build is not found: %v", c.name, err)
+		}
+		if r.Device != c.device {
+			t.Errorf("%s: device %q, want %q", c.name, r.Device, c.device)
+		}
+		if c.key == wantFull.Key && *r != wantFull {
+			t.Errorf("%s: read back as %+v, want %+v", c.name, *r, wantFull)
+		}
+		if err := s.Put(r); err != nil {
 			t.Fatal(err)
 		}
-		want = append(want, '\n')
-		if name != "odd" && !bytes.Equal(got, want) {
-			t.Errorf("%s: encode wrote\n%s\nencoding/json writes\n%s", name, got, want)
+		got, err := os.ReadFile(filepath.Join(dir, c.file))
+		if err != nil {
+			t.Fatalf("%s: rewritten under another name: %v", c.name, err)
 		}
-		var g, w map[string]any
-		if err := json.Unmarshal(got, &g); err != nil {
-			t.Fatalf("%s: encode wrote invalid JSON %s: %v", name, got, err)
-		}
-		if err := json.Unmarshal(want, &w); err != nil {
-			t.Fatal(err)
-		}
-		if !reflect.DeepEqual(g, w) {
-			t.Errorf("%s: encode wrote %v, encoding/json %v", name, g, w)
+		if string(got) != c.rewritten {
+			t.Errorf("%s: rewritten as\n%s\nwant\n%s", c.name, got, c.rewritten)
 		}
 	}
 }
