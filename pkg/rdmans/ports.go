@@ -1,7 +1,6 @@
 package rdmans
 
 import (
-	"encoding/binary"
 	"fmt"
 	"strings"
 
@@ -46,32 +45,6 @@ func (Netlink) DeviceOfNetdev(nsPath, ifName string) (string, error) {
 	return dev, err
 }
 
-// attrString finds one string attribute in an RDMA netlink message, whose
-// payload is a flat list of attributes.
-func attrString(msg []byte, want uint16) string {
-	return strings.TrimRight(string(attr(msg, want)), "\x00")
-}
-
-// attr finds the payload of one attribute, nil if absent.
-func attr(msg []byte, want uint16) []byte {
-	for len(msg) >= unix.SizeofNlAttr {
-		l := int(binary.NativeEndian.Uint16(msg[0:2]))
-		typ := binary.NativeEndian.Uint16(msg[2:4]) &^ (unix.NLA_F_NESTED | unix.NLA_F_NET_BYTEORDER)
-		if l < unix.SizeofNlAttr || l > len(msg) {
-			return nil
-		}
-		if typ == want {
-			return msg[unix.SizeofNlAttr:l]
-		}
-		next := (l + unix.NLA_ALIGNTO - 1) &^ (unix.NLA_ALIGNTO - 1)
-		if next > len(msg) {
-			return nil
-		}
-		msg = msg[next:]
-	}
-	return nil
-}
-
 // PortInfo is one port of an RDMA device as RDMA netlink reports it.
 type PortInfo struct {
 	Port uint32
@@ -86,7 +59,7 @@ type PortInfo struct {
 // thread's netns: the kernel pairs port and netdev itself, with or without
 // GIDs (a port whose netdev is down has none).
 func Ports(index uint32) ([]PortInfo, error) {
-	proto := int(rdmaType(rdmaNldevCmdPortGet))
+	proto := nl.RDMA_NL_NLDEV<<nl.RDMA_NL_GET_CLIENT_SHIFT | rdmaNldevCmdPortGet
 	req := nl.NewNetlinkRequest(proto, unix.NLM_F_ACK|unix.NLM_F_DUMP)
 	b := make([]byte, 4)
 	nl.NativeEndian().PutUint32(b, index)
@@ -106,15 +79,28 @@ func Ports(index uint32) ([]PortInfo, error) {
 
 // parsePort reads one PORT_GET answer; Port 0 means it named no port.
 func parsePort(msg []byte) PortInfo {
-	p := PortInfo{Netdev: attrString(msg, rdmaNldevAttrNdevName)}
-	if v := attr(msg, nl.RDMA_NLDEV_ATTR_PORT_INDEX); len(v) >= 4 {
-		p.Port = binary.NativeEndian.Uint32(v)
+	var p PortInfo
+	attrs, err := nl.ParseRouteAttr(msg)
+	if err != nil {
+		return p
 	}
-	if v := attr(msg, nl.RDMA_NLDEV_ATTR_PORT_STATE); len(v) >= 1 {
-		p.State = v[0]
-	}
-	if v := attr(msg, nl.RDMA_NLDEV_ATTR_PORT_PHYS_STATE); len(v) >= 1 {
-		p.PhysState = v[0]
+	for _, a := range attrs {
+		switch v := a.Value; a.Attr.Type {
+		case nl.RDMA_NLDEV_ATTR_PORT_INDEX:
+			if len(v) >= 4 {
+				p.Port = nl.NativeEndian().Uint32(v)
+			}
+		case nl.RDMA_NLDEV_ATTR_PORT_STATE:
+			if len(v) >= 1 {
+				p.State = v[0]
+			}
+		case nl.RDMA_NLDEV_ATTR_PORT_PHYS_STATE:
+			if len(v) >= 1 {
+				p.PhysState = v[0]
+			}
+		case rdmaNldevAttrNdevName:
+			p.Netdev = strings.TrimRight(string(v), "\x00")
+		}
 	}
 	return p
 }

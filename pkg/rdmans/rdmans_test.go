@@ -277,7 +277,10 @@ func TestBadNetnsPath(t *testing.T) {
 }
 
 func TestPickPrefersThePodName(t *testing.T) {
-	devs := []device{{1, "mlx5_0"}, {2, "rdma_net1"}, {3, "mlx5_1"}}
+	var devs []*netlink.RdmaLink
+	for i, name := range []string{"mlx5_0", "rdma_net1", "mlx5_1"} {
+		devs = append(devs, &netlink.RdmaLink{Attrs: netlink.RdmaLinkAttrs{Index: uint32(i + 1), Name: name}})
+	}
 	tests := []struct {
 		host, pod, want string
 		asPod           bool
@@ -289,10 +292,10 @@ func TestPickPrefersThePodName(t *testing.T) {
 		{"mlx5_9", "gone", "", false},              // not in the pod
 	}
 	for _, tt := range tests {
-		d, ok, asPod := pick(devs, tt.host, tt.pod)
+		d, asPod := pick(devs, tt.host, tt.pod)
 		got := ""
-		if ok {
-			got = d.name
+		if d != nil {
+			got = d.Attrs.Name
 		}
 		if got != tt.want || asPod != tt.asPod {
 			t.Errorf("pick(%s, %q) = %q, %v; want %q, %v", tt.host, tt.pod, got, asPod, tt.want, tt.asPod)
