@@ -4,12 +4,14 @@
 // node-level monitoring loses it; only the node, through rdma-netns's
 // records, knows which pod has which device.
 //
-// The collector reads at scrape time: it asks the inventory where every
-// device is, enters each network namespace once on a locked OS thread,
-// reads all of that namespace's devices there (hardware counters and
-// resource counts over RDMA netlink, port state and netdev from a sysfs
-// mounted inside it) and turns what it found into metrics. Nothing polls
-// between scrapes.
+// The collector reads at scrape time: it asks the inventory which network
+// namespaces the node has (found through records, /run/netns and /proc,
+// without entering any), enters each of them once on a locked OS thread,
+// lists and reads all of that namespace's devices there (hardware counters
+// and resource counts over RDMA netlink, port state and netdev from a
+// sysfs mounted inside it), pairs the devices found with the records that
+// hold them by pkg/inventory's rule, and turns it all into metrics.
+// Nothing polls between scrapes.
 //
 // This package links client_golang; the CNI binary must never import it
 // (every pod start would pay for its package init).
@@ -28,29 +30,34 @@ import (
 	"github.com/rdma-netns/rdma-netns/pkg/state"
 )
 
-// Placement says where one RDMA device is.
-type Placement struct {
-	// Device is the device's name in the netns that holds it.
-	Device string
-	// Netns is the path that opens that netns; "" is the exporter's own
-	// (the host's).
-	Netns string
-	// Record is the attachment that holds the device, nil when none does
-	// (a device on the host, or one no record claims).
-	Record *state.Record
+// Targets are what one scrape reads: every network namespace of the node
+// and the records that may name the pods holding their devices.
+type Targets struct {
+	// Self is the exporter's own netns, read as "".
+	Self inventory.NetnsID
+	// Namespaces are the others (Path and ID; the scrape lists their
+	// devices when it reads them).
+	Namespaces []*inventory.Namespace
+	Records    []*state.Record
+	// Identify resolves the netns path of a record; nil means
+	// inventory.Identify.
+	Identify func(path string) (inventory.NetnsID, error)
 }
 
-// Inventory lists where every RDMA device of the node is.
+// Inventory finds the network namespaces to read, without entering any.
 type Inventory interface {
-	Placements() ([]Placement, error)
+	// Targets may come with an error and still be usable (records that
+	// could not be read cost only the pod labels); nil targets mean only
+	// the exporter's own netns can be read.
+	Targets() (*Targets, error)
 }
 
 // Reader reads devices inside one network namespace.
 type Reader interface {
-	// Read returns the statistics of the named devices in the netns at
-	// nsPath ("" = the exporter's own). A device that is no longer there
-	// is left out; an error means the netns as a whole could not be read.
-	Read(nsPath string, devices []string) ([]DeviceStats, error)
+	// Read lists and reads every RDMA device of the netns at nsPath ("" =
+	// the exporter's own) in one visit. An error means the netns as a
+	// whole could not be read.
+	Read(nsPath string) ([]DeviceStats, error)
 }
 
 // DeviceStats is what one read found for one device.
@@ -148,28 +155,53 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	defer c.mu.Unlock()
 	start := time.Now()
 	errs, n := 0, 0
-	placements, err := c.inv.Placements()
+	t, err := c.inv.Targets()
 	if err != nil {
-		log.Printf("rdma-netns-exporter: listing RDMA devices: %v", err)
+		log.Printf("rdma-netns-exporter: finding network namespaces and records: %v", err)
 		errs++
 	}
-	for _, res := range c.readAll(placements) {
+	if t == nil {
+		t = &Targets{}
+	}
+	paths := []string{""}
+	nsOf := map[string]*inventory.Namespace{}
+	for _, ns := range t.Namespaces {
+		paths = append(paths, ns.Path)
+		nsOf[ns.Path] = ns
+	}
+	// What was read becomes a snapshot of the node, so devices are paired
+	// with records by the rule the plugin and the doctor apply.
+	snap := &inventory.Snapshot{Self: t.Self, Host: []string{}, Namespaces: []*inventory.Namespace{}}
+	stats := map[string]map[string]DeviceStats{} // netns path -> device -> stats
+	for _, res := range c.readAll(paths) {
 		if res.err != nil && res.netns != "" && !c.netnsExists(res.netns) {
-			continue // the pod went away since the inventory listed it
+			continue // the pod went away since the inventory found it
 		}
 		if res.err != nil {
 			log.Printf("rdma-netns-exporter: reading netns %s: %v", res.netns, res.err)
 			errs++
 			continue
 		}
+		names := make([]string, 0, len(res.stats))
+		stats[res.netns] = map[string]DeviceStats{}
 		for _, d := range res.stats {
-			p, ok := res.byName[d.Name]
-			if !ok {
-				continue
-			}
-			n++
-			c.emit(ch, labelsOf(p), d)
+			names = append(names, d.Name)
+			stats[res.netns][d.Name] = d
 		}
+		if res.netns == "" {
+			snap.Host = names
+		} else if ns := nsOf[res.netns]; len(names) > 0 {
+			ns.Devices = names
+			snap.Namespaces = append(snap.Namespaces, ns)
+		}
+	}
+	for _, p := range snap.Placements(t.Records, t.Identify) {
+		nsPath := ""
+		if p.Netns != nil {
+			nsPath = p.Netns.Path
+		}
+		n++
+		c.emit(ch, labelsOf(p), stats[nsPath][p.Device])
 	}
 	ch <- prometheus.MustNewConstMetric(c.devices, prometheus.GaugeValue, float64(n))
 	ch <- prometheus.MustNewConstMetric(c.readErrors, prometheus.GaugeValue, float64(errs))
@@ -177,42 +209,25 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 }
 
 type nsResult struct {
-	netns  string
-	byName map[string]Placement
-	stats  []DeviceStats
-	err    error
+	netns string
+	stats []DeviceStats
+	err   error
 }
 
-// readAll reads every netns once, at most c.parallel at a time.
-func (c *Collector) readAll(placements []Placement) []*nsResult {
-	groups := map[string]*nsResult{}
-	var order []string
-	for _, p := range placements {
-		g, ok := groups[p.Netns]
-		if !ok {
-			g = &nsResult{netns: p.Netns, byName: map[string]Placement{}}
-			groups[p.Netns] = g
-			order = append(order, p.Netns)
-		}
-		g.byName[p.Device] = p
-	}
-	sort.Strings(order)
-	results := make([]*nsResult, len(order))
+// readAll reads every netns once, at most c.parallel at a time, and
+// returns the results in the order of paths.
+func (c *Collector) readAll(paths []string) []*nsResult {
+	results := make([]*nsResult, len(paths))
 	sem := make(chan struct{}, max(c.parallel, 1))
 	var wg sync.WaitGroup
-	for i, nsPath := range order {
-		g := groups[nsPath]
-		results[i] = g
-		names := make([]string, 0, len(g.byName))
-		for name := range g.byName {
-			names = append(names, name)
-		}
-		sort.Strings(names)
+	for i, nsPath := range paths {
+		res := &nsResult{netns: nsPath}
+		results[i] = res
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			g.stats, g.err = c.reader.Read(nsPath, names)
+			res.stats, res.err = c.reader.Read(nsPath)
 		}()
 	}
 	wg.Wait()
@@ -225,7 +240,7 @@ type labels struct{ device, namespace, pod, hostDevice string }
 // labelsOf names a device after the pod whose record holds it. The host
 // name stays in host_device, so a device renamed in the pod (rdmaDevName)
 // can be followed across its moves.
-func labelsOf(p Placement) labels {
+func labelsOf(p inventory.Placement) labels {
 	l := labels{device: p.Device, hostDevice: p.Device}
 	if r := p.Record; r != nil {
 		l.namespace, l.pod = r.K8sNamespace, r.K8sPod

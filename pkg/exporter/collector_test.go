@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,28 +18,48 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/rdma-netns/rdma-netns/pkg/inventory"
 	"github.com/rdma-netns/rdma-netns/pkg/state"
 )
 
-// fakeInventory lists fixed placements.
+// fakeInventory finds fixed network namespaces and records.
 type fakeInventory struct {
-	placements []Placement
-	err        error
+	targets *Targets
+	err     error
 }
 
-func (f fakeInventory) Placements() ([]Placement, error) { return f.placements, f.err }
+func (f fakeInventory) Targets() (*Targets, error) { return f.targets, f.err }
 
-// fakeReader serves stats per netns; a netns in fail errors, devices not in
-// the map are "gone".
+// nodeWith is a node with the network namespaces at paths (besides the
+// exporter's own) and recs; each path opens a netns of its own.
+func nodeWith(paths []string, recs ...*state.Record) fakeInventory {
+	ids := map[string]inventory.NetnsID{}
+	t := &Targets{Self: inventory.NetnsID{Dev: 4, Ino: 1}, Records: recs}
+	for i, p := range paths {
+		ids[p] = inventory.NetnsID{Dev: 4, Ino: uint64(100 + i)}
+		t.Namespaces = append(t.Namespaces, &inventory.Namespace{Path: p, ID: ids[p], Devices: []string{}})
+	}
+	t.Identify = func(p string) (inventory.NetnsID, error) {
+		if id, ok := ids[p]; ok {
+			return id, nil
+		}
+		return inventory.NetnsID{}, fmt.Errorf("%s: no such netns", p)
+	}
+	return fakeInventory{targets: t}
+}
+
+// fakeReader serves stats per netns; a netns in fail errors.
 type fakeReader struct {
 	devices map[string]map[string]DeviceStats // netns -> device -> stats
 	fail    map[string]error
 	// inFlight and maxInFlight count concurrent reads.
 	inFlight, maxInFlight atomic.Int32
-	gate                  chan struct{} // when set, each read waits on it
+	// reads counts the reads of each netns.
+	mu    sync.Mutex
+	reads map[string]int
 }
 
-func (f *fakeReader) Read(nsPath string, devices []string) ([]DeviceStats, error) {
+func (f *fakeReader) Read(nsPath string) ([]DeviceStats, error) {
 	n := f.inFlight.Add(1)
 	defer f.inFlight.Add(-1)
 	for {
@@ -46,17 +68,18 @@ func (f *fakeReader) Read(nsPath string, devices []string) ([]DeviceStats, error
 			break
 		}
 	}
-	if f.gate != nil {
-		<-f.gate
+	f.mu.Lock()
+	if f.reads == nil {
+		f.reads = map[string]int{}
 	}
+	f.reads[nsPath]++
+	f.mu.Unlock()
 	if err := f.fail[nsPath]; err != nil {
 		return nil, err
 	}
 	var out []DeviceStats
-	for _, d := range devices {
-		if s, ok := f.devices[nsPath][d]; ok {
-			out = append(out, s)
-		}
+	for _, name := range slices.Sorted(maps.Keys(f.devices[nsPath])) {
+		out = append(out, f.devices[nsPath][name])
 	}
 	return out, nil
 }
@@ -155,7 +178,7 @@ func value(t *testing.T, fams map[string]*dto.MetricFamily, name string, want ma
 
 func TestHostDeviceCountersAndLabels(t *testing.T) {
 	r := &fakeReader{devices: map[string]map[string]DeviceStats{"": {"rxe0": rxeStats("rxe0", "eth0", 10, 20)}}}
-	c := NewCollector(fakeInventory{placements: []Placement{{Device: "rxe0"}}}, r)
+	c := NewCollector(nodeWith(nil), r)
 	fams := scrape(t, c)
 
 	host := map[string]string{"device": "rxe0", "port": "1", "netdev": "eth0", "namespace": "", "pod": "", "host_device": "rxe0"}
@@ -197,10 +220,10 @@ func with(m map[string]string, k, v string) map[string]string {
 	return out
 }
 
-// A netns that vanished (the pod died mid-scrape) or a device that moved
-// away between listing and reading costs only those devices, quietly; a
-// netns that still exists but cannot be read is counted as an error.
-func TestVanishingNetnsAndDeviceAreSkipped(t *testing.T) {
+// A netns that vanished (the pod died mid-scrape) costs only its devices,
+// quietly; a netns that still exists but cannot be read is counted as an
+// error; a netns without RDMA devices is no device.
+func TestVanishingNetnsIsSkipped(t *testing.T) {
 	r := &fakeReader{
 		devices: map[string]map[string]DeviceStats{
 			"":                {"rxe0": rxeStats("rxe0", "eth0", 1, 1)},
@@ -213,18 +236,11 @@ func TestVanishingNetnsAndDeviceAreSkipped(t *testing.T) {
 			"/run/netns/bad":  errors.New("mount sysfs for netns /run/netns/bad: operation not permitted"),
 		},
 	}
-	inv := fakeInventory{placements: []Placement{
-		{Device: "rxe0"},
-		{Device: "rxe1"}, // listed, then moved: the reader no longer finds it
-		{Device: "rxe2", Netns: "/run/netns/ok"},
-		{Device: "rxe4", Netns: "/run/netns/gone"},
-		{Device: "rxe6", Netns: "/run/netns/bad"},
-	}}
-	c := NewCollector(inv, r)
+	c := NewCollector(nodeWith([]string{"/run/netns/ok", "/run/netns/gone", "/run/netns/bad", "/run/netns/empty"}), r)
 	c.netnsExists = func(path string) bool { return path != "/run/netns/gone" }
 	fams := scrape(t, c)
 
-	for dev, want := range map[string]bool{"rxe0": true, "rxe1": false, "rxe2": true, "rxe4": false, "rxe6": false} {
+	for dev, want := range map[string]bool{"rxe0": true, "rxe2": true, "rxe4": false, "rxe6": false} {
 		_, got := sample(t, fams, "rdma_port_hw_counter_total", map[string]string{"device": dev, "counter": "sent_pkts"})
 		if got != want {
 			t.Errorf("device %s reported = %v, want %v", dev, got, want)
@@ -239,34 +255,42 @@ func TestVanishingNetnsAndDeviceAreSkipped(t *testing.T) {
 }
 
 func TestInventoryFailureStillServes(t *testing.T) {
-	c := NewCollector(fakeInventory{err: errors.New("state dir unreadable")}, &fakeReader{})
+	// Nothing found: the exporter's own netns is still read.
+	r := &fakeReader{devices: map[string]map[string]DeviceStats{"": {"rxe0": rxeStats("rxe0", "eth0", 1, 1)}}}
+	c := NewCollector(fakeInventory{err: errors.New("cannot identify the exporter's network namespace")}, r)
 	fams := scrape(t, c)
 	if got := value(t, fams, "rdma_exporter_read_errors", nil); got != 1 {
 		t.Errorf("rdma_exporter_read_errors = %v, want 1", got)
+	}
+	if got := value(t, fams, "rdma_exporter_devices", nil); got != 1 {
+		t.Errorf("rdma_exporter_devices = %v, want 1 (the host's device)", got)
+	}
+	// Records unreadable: every netns is still read, without pod labels.
+	inv := nodeWith([]string{"/run/netns/a"})
+	inv.err = errors.New("state dir unreadable")
+	r.devices["/run/netns/a"] = map[string]DeviceStats{"rxe2": rxeStats("rxe2", "net1", 1, 1)}
+	fams = scrape(t, NewCollector(inv, r))
+	if got := value(t, fams, "rdma_exporter_devices", nil); got != 2 {
+		t.Errorf("rdma_exporter_devices = %v with the records unreadable, want 2", got)
 	}
 	if _, ok := fams["go_threads"]; !ok {
 		t.Errorf("the exporter's own go_threads is missing")
 	}
 }
 
-// Each netns is read once per scrape however many of its devices are
-// listed, and never more than the collector's bound at once, even under
-// concurrent scrapes.
-func TestConcurrentScrapesBoundNamespaceReads(t *testing.T) {
+// Each netns is entered once per scrape, for listing and reading its
+// devices alike, however many devices it has, and never more than the
+// collector's bound at once, even under concurrent scrapes.
+func TestConcurrentScrapesReadEachNetnsOnce(t *testing.T) {
 	r := &fakeReader{devices: map[string]map[string]DeviceStats{}}
-	var placements []Placement
+	var paths []string
 	for i := range 16 {
 		nsPath := fmt.Sprintf("/run/netns/pod%d", i)
 		a, b := fmt.Sprintf("rxe%d", 2*i), fmt.Sprintf("rxe%d", 2*i+1)
 		r.devices[nsPath] = map[string]DeviceStats{a: rxeStats(a, "net1", 1, 1), b: rxeStats(b, "net2", 1, 1)}
-		placements = append(placements, Placement{Device: a, Netns: nsPath}, Placement{Device: b, Netns: nsPath})
+		paths = append(paths, nsPath)
 	}
-	var reads atomic.Int32
-	counting := readerFunc(func(nsPath string, devs []string) ([]DeviceStats, error) {
-		reads.Add(1)
-		return r.Read(nsPath, devs)
-	})
-	c := NewCollector(fakeInventory{placements: placements}, counting)
+	c := NewCollector(nodeWith(paths), r)
 	srv := httptest.NewServer(Handler(c))
 	defer srv.Close()
 
@@ -298,20 +322,18 @@ func TestConcurrentScrapesBoundNamespaceReads(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
-	if got := reads.Load(); got != scrapes*16 {
-		t.Errorf("%d netns reads for %d scrapes of 16 netns, want one read per netns per scrape (%d)", got, scrapes, scrapes*16)
+	for _, p := range append(paths, "") {
+		if got := r.reads[p]; got != scrapes {
+			t.Errorf("netns %q entered %d times in %d scrapes, want once per scrape", p, got, scrapes)
+		}
 	}
 	if m := r.maxInFlight.Load(); m > int32(c.parallel) {
 		t.Errorf("%d netns read at once, want at most %d", m, c.parallel)
 	}
 }
 
-type readerFunc func(string, []string) ([]DeviceStats, error)
-
-func (f readerFunc) Read(nsPath string, devs []string) ([]DeviceStats, error) { return f(nsPath, devs) }
-
 func TestHealthz(t *testing.T) {
-	srv := httptest.NewServer(Handler(NewCollector(fakeInventory{}, &fakeReader{})))
+	srv := httptest.NewServer(Handler(NewCollector(nodeWith(nil), &fakeReader{})))
 	defer srv.Close()
 	resp, err := http.Get(srv.URL + "/healthz")
 	if err != nil {
@@ -326,7 +348,7 @@ func TestHealthz(t *testing.T) {
 
 // Every metric of ours is named rdma_* and documented.
 func TestMetricNames(t *testing.T) {
-	c := NewCollector(fakeInventory{}, &fakeReader{})
+	c := NewCollector(nodeWith(nil), &fakeReader{})
 	ch := make(chan *prometheus.Desc, 32)
 	c.Describe(ch)
 	close(ch)
@@ -350,21 +372,20 @@ func TestMetricNames(t *testing.T) {
 
 // A device in a pod carries the pod the runtime named at ADD; a renamed
 // one keeps its host name in host_device. A device in a netns that no
-// record claims is reported without a pod.
+// record claims is reported without a pod, and so is one whose record
+// names a netns its path no longer opens (the inventory's rule).
 func TestPodDevicesCarryTheirPod(t *testing.T) {
 	r := &fakeReader{devices: map[string]map[string]DeviceStats{
 		"/run/netns/a": {"rxe2": rxeStats("rxe2", "net1", 3, 4)},
 		"/run/netns/b": {"rdma_net1": rxeStats("rdma_net1", "net1", 5, 6)},
 		"/run/netns/c": {"rxe6": rxeStats("rxe6", "eth6", 7, 8)},
+		"/run/netns/d": {"rxe8": rxeStats("rxe8", "net1", 9, 10)},
 	}}
 	recA := &state.Record{Device: "rxe2", Netns: "/run/netns/a", K8sNamespace: "team-a", K8sPod: "trainer-0"}
 	recB := &state.Record{Device: "rxe4", PodName: "rdma_net1", Netns: "/run/netns/b", K8sNamespace: "team-b", K8sPod: "trainer-1"}
-	inv := fakeInventory{placements: []Placement{
-		{Device: "rxe2", Netns: "/run/netns/a", Record: recA},
-		{Device: "rdma_net1", Netns: "/run/netns/b", Record: recB},
-		{Device: "rxe6", Netns: "/run/netns/c"},
-	}}
-	fams := scrape(t, NewCollector(inv, r))
+	// An old sandbox's record: its path now opens another netns.
+	recD := &state.Record{Device: "rxe8", Netns: "/run/netns/d", NetnsDev: 4, NetnsIno: 99, K8sNamespace: "team-d", K8sPod: "old"}
+	fams := scrape(t, NewCollector(nodeWith([]string{"/run/netns/a", "/run/netns/b", "/run/netns/c", "/run/netns/d"}, recA, recB, recD), r))
 
 	cases := []struct {
 		labels map[string]string
@@ -373,6 +394,7 @@ func TestPodDevicesCarryTheirPod(t *testing.T) {
 		{map[string]string{"device": "rxe2", "host_device": "rxe2", "netdev": "net1", "namespace": "team-a", "pod": "trainer-0"}, 3},
 		{map[string]string{"device": "rdma_net1", "host_device": "rxe4", "netdev": "net1", "namespace": "team-b", "pod": "trainer-1"}, 5},
 		{map[string]string{"device": "rxe6", "host_device": "rxe6", "netdev": "eth6", "namespace": "", "pod": ""}, 7},
+		{map[string]string{"device": "rxe8", "host_device": "rxe8", "netdev": "net1", "namespace": "", "pod": ""}, 9},
 	}
 	for _, c := range cases {
 		if got := value(t, fams, "rdma_port_hw_counter_total", with(c.labels, "counter", "sent_pkts")); got != c.sent {

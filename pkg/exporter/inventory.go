@@ -6,7 +6,6 @@ import (
 	"io/fs"
 
 	"github.com/rdma-netns/rdma-netns/pkg/inventory"
-	"github.com/rdma-netns/rdma-netns/pkg/rdmans"
 	"github.com/rdma-netns/rdma-netns/pkg/state"
 )
 
@@ -18,34 +17,33 @@ type NodeInventory struct {
 	StateDir string
 }
 
-// RealInventory is the running node with the records in stateDir.
+// RealInventory is the running node with the records in stateDir. It only
+// finds network namespaces; the collector lists their devices when it
+// reads them.
 func RealInventory(stateDir string) NodeInventory {
-	return NodeInventory{Node: inventory.RealNode(netlinkKernel{}), StateDir: stateDir}
+	return NodeInventory{Node: inventory.RealNode(nil), StateDir: stateDir}
 }
 
-// Placements implements Inventory. Records that cannot be read cost only
-// their pod labels: the devices are still found and reported.
-func (n NodeInventory) Placements() ([]Placement, error) {
+// Targets implements Inventory. Records that cannot be read cost only
+// their pod labels: the namespaces are still found and read.
+func (n NodeInventory) Targets() (*Targets, error) {
 	recs, recErr := readRecords(n.StateDir)
-	snap, err := n.Node.Scan(recs)
+	self, err := n.Node.SelfID()
 	if err != nil {
-		return nil, errors.Join(recErr, err)
+		return nil, errors.Join(recErr, fmt.Errorf("cannot identify the exporter's network namespace: %v", err))
 	}
-	errs := []error{recErr}
-	for _, ns := range snap.Namespaces {
-		if ns.Err != "" {
-			errs = append(errs, fmt.Errorf("listing the RDMA devices of netns %s: %s", ns.Path, ns.Err))
-		}
+	// The paths records name come first, so a pod's netns is read (and
+	// logged) under the path its runtime gave.
+	var preferred []string
+	for _, r := range recs {
+		preferred = append(preferred, r.Netns)
 	}
-	var out []Placement
-	for _, p := range snap.Placements(recs, n.Node.Identify) {
-		pl := Placement{Device: p.Device, Record: p.Record}
-		if p.Netns != nil {
-			pl.Netns = p.Netns.Path
-		}
-		out = append(out, pl)
-	}
-	return out, errors.Join(errs...)
+	return &Targets{
+		Self:       self,
+		Namespaces: n.Node.Namespaces(self, preferred),
+		Records:    recs,
+		Identify:   n.Node.Identify,
+	}, recErr
 }
 
 // readRecords lists the records without creating the state directory: a
@@ -59,14 +57,4 @@ func readRecords(dir string) ([]*state.Record, error) {
 		return nil, err
 	}
 	return st.List()
-}
-
-// netlinkKernel lists devices over RDMA netlink, "" being the caller's netns.
-type netlinkKernel struct{ rdmans.Netlink }
-
-func (k netlinkKernel) DevicesIn(nsPath string) ([]string, error) {
-	if nsPath == "" {
-		return k.HostDevices()
-	}
-	return k.Netlink.DevicesIn(nsPath)
 }

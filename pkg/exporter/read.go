@@ -20,33 +20,30 @@ type NodeReader struct {
 
 // Read implements Reader. For a netns other than its own it runs on a
 // fresh OS thread that joins the netns and mounts a sysfs there (see
-// nssysfs.In): sysfs shows only the RDMA devices and netdevs of
-// the netns it was mounted from, and netlink sockets opened on that thread
-// talk to that netns. The thread is never returned to the Go runtime, so a
-// thread left in a pod's namespaces cannot run anything else.
-func (r NodeReader) Read(nsPath string, devices []string) ([]DeviceStats, error) {
+// nssysfs.In), and lists and reads the devices in that one visit: sysfs
+// shows only the RDMA devices and netdevs of the netns it was mounted
+// from, and netlink sockets opened on that thread talk to that netns. The
+// thread is never returned to the Go runtime, so a thread left in a pod's
+// namespaces cannot run anything else.
+func (r NodeReader) Read(nsPath string) ([]DeviceStats, error) {
 	if nsPath == "" {
-		return readHere(r.SysfsRoot, devices)
+		return readHere(r.SysfsRoot)
 	}
 	var out []DeviceStats
 	err := nssysfs.In(nsPath, func(root string) error {
 		var err error
-		out, err = readHere(root, devices)
+		out, err = readHere(root)
 		return err
 	})
 	return out, err
 }
 
-// readHere reads the named devices of the calling thread's netns, with
+// readHere reads every RDMA device of the calling thread's netns, with
 // root a sysfs mounted in it.
-func readHere(root string, names []string) ([]DeviceStats, error) {
+func readHere(root string) ([]DeviceStats, error) {
 	links, err := rdmans.Links()
 	if err != nil {
 		return nil, err
-	}
-	byName := map[string]*netlink.RdmaLink{}
-	for _, l := range links {
-		byName[l.Attrs.Name] = l
 	}
 	// One dump for every device; a failure only costs the resource counts.
 	resources := map[string]map[string]uint64{}
@@ -55,12 +52,9 @@ func readHere(root string, names []string) ([]DeviceStats, error) {
 			resources[r.Name] = r.RdmaResourceSummaryEntries
 		}
 	}
-	out := make([]DeviceStats, 0, len(names))
-	for _, name := range names {
-		link, ok := byName[name]
-		if !ok {
-			continue // moved or removed since the inventory listed it
-		}
+	out := make([]DeviceStats, 0, len(links))
+	for _, link := range links {
+		name := link.Attrs.Name
 		d := DeviceStats{Name: name, Resources: resources[name]}
 		ports, err := rdmans.Ports(link.Attrs.Index)
 		if err != nil {
