@@ -93,9 +93,11 @@ stress: fuzz stress-vm
 stress-vm: payload
 	$(VM_RUN) --nics 10 --payload $(PAYLOAD) -- 'rdma-netns-stress -rounds $(STRESS_ROUNDS) $(STRESS_FLAGS) && rdma-netns-cri stress -rounds $(CRI_STRESS_ROUNDS) $(CRI_STRESS_FLAGS)'
 
-## stress-short: the short stress run `make test` includes (no fuzzing).
+## stress-short: the short stress run `make test` includes (no fuzzing),
+## with CRI_STRESS_SHORT_ROUNDS kills of containerd.
+CRI_STRESS_SHORT_ROUNDS ?= 3
 stress-short: payload
-	$(VM_RUN) --nics 10 --payload $(PAYLOAD) -- rdma-netns-stress $(STRESS_SHORT_FLAGS) $(STRESS_FLAGS)
+	$(VM_RUN) --nics 10 --payload $(PAYLOAD) -- 'rdma-netns-stress $(STRESS_SHORT_FLAGS) $(STRESS_FLAGS) && rdma-netns-cri stress -rounds $(CRI_STRESS_SHORT_ROUNDS) $(CRI_STRESS_FLAGS)'
 
 ## fuzz: every Go fuzz target under pkg/ and plugin/, one at a time, FUZZTIME each.
 FUZZTIME ?= 10s

@@ -187,6 +187,19 @@ func (d *demoRun) run() error {
 	}
 	d.took()
 
+	// rping connects through rdma_cm (the container's /dev/infiniband/rdma_cm),
+	// as MPI and UCX do (NCCL does not).
+	d.step("rdma_cm: rping (3 pings over a connection rdma_cm resolved and set up), %s -> %s", b.name, a.name)
+	if out, err = d.rping(a, b, 3); err != nil {
+		return err
+	}
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, "ping data") {
+			say("%s", strings.TrimSpace(l))
+		}
+	}
+	d.took()
+
 	d.step("The pods are deleted: StopPodSandbox (containers killed, then CNI DEL), RemovePodSandbox")
 	for _, p := range []*demoPod{a, b} {
 		if err := d.ctd.StopPod(d.ctx, p.pod.ID); err != nil {
@@ -240,4 +253,26 @@ func (d *demoRun) pair(srv, cli *demoPod, server, client []string) (string, erro
 		return "", fmt.Errorf("client: %v\n%s%s\nserver: %v\n%s%s", cerr, cres.Stdout, cres.Stderr, serr, sres.Stdout, sres.Stderr)
 	}
 	return cres.Stdout + cres.Stderr, nil
+}
+
+// rping runs rping's server in srv's container and its client in cli's:
+// the server listens through rdma_cm, not on a TCP port, so the client
+// starts a moment later.
+func (d *demoRun) rping(srv, cli *demoPod, count int) (string, error) {
+	n := fmt.Sprint(count)
+	var wg sync.WaitGroup
+	var sres cririg.ExecResult
+	var serr error
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		sres, serr = d.ctd.Exec(d.ctx, srv.ctr, time.Minute, "rping", "-s", "-a", srv.net.IP, "-C", n)
+	}()
+	time.Sleep(1500 * time.Millisecond)
+	cres, cerr := d.ctd.Exec(d.ctx, cli.ctr, time.Minute, "rping", "-c", "-a", srv.net.IP, "-C", n, "-v")
+	wg.Wait()
+	if cerr != nil || serr != nil {
+		return "", fmt.Errorf("rping client: %v\n%s%s\nserver: %v\n%s%s", cerr, cres.Stdout, cres.Stderr, serr, sres.Stdout, sres.Stderr)
+	}
+	return cres.Stdout, nil
 }
