@@ -36,6 +36,7 @@ lint:
 	$(GO) vet -tags e2e ./e2e
 	cd build/image && $(GO) vet ./...
 	cd e2e/multus && $(GO) vet -tags e2e ./...
+	cd e2e/cri && $(GO) vet -tags e2e ./...
 
 ## unit: go vet, gofmt, and the unit tests of the plugin and of conf/.
 unit: lint
@@ -49,11 +50,11 @@ payload:
 vm-prepare:
 	scripts/vm-prepare.sh
 
-## e2e: one VM boot in exclusive mode for the suite and the Multus tests
-## (e2e/multus), one in shared mode.
+## e2e: one VM boot in exclusive mode for the suite, the Multus tests
+## (e2e/multus) and the CRI tests (e2e/cri: containerd), one in shared mode.
 e2e: payload
-	$(VM_RUN) --payload $(PAYLOAD) -- 'rc=0; e2e.test $(E2E_FLAGS) || rc=1; multus.test $(E2E_FLAGS) || rc=1; exit $$rc'
-	$(VM_RUN) --netns-mode shared --nics 4 --payload $(PAYLOAD) -- e2e.test $(E2E_FLAGS) -test.run TestSharedMode
+	$(VM_RUN) --payload $(PAYLOAD) -- 'rc=0; e2e.test $(E2E_FLAGS) || rc=1; multus.test $(E2E_FLAGS) || rc=1; cri.test $(E2E_FLAGS) || rc=1; exit $$rc'
+	$(VM_RUN) --netns-mode shared --nics 4 --payload $(PAYLOAD) -- 'rc=0; e2e.test $(E2E_FLAGS) -test.run TestSharedMode || rc=1; cri.test $(E2E_FLAGS) -test.run TestSharedMode || rc=1; exit $$rc'
 
 ## demo: the seed story in the test VM: a pod gets its NIC and RDMA device.
 demo: payload
@@ -61,33 +62,42 @@ demo: payload
 
 ## bench: cost of ADD/DEL against the kernel's own cost of the move and
 ## against upstream rdma-cni (built from the Go module proxy at
-## UPSTREAM_RDMA_CNI), and scale to 16 NICs, in the test VM; the table
-## lands in $(OUT)/bench.txt. BENCH_BASE=path/to/rdma-netns adds that
+## UPSTREAM_RDMA_CNI), and scale to 16 NICs, then pod start and stop under
+## containerd with and without rdma-netns (e2e/cri, CRI_BENCH_FLAGS), in
+## the test VM; the tables land in $(OUT)/bench.txt. BENCH_BASE=path/to/rdma-netns adds that
 ## build to the anchor rounds, to measure a change against its base.
 BENCH_FLAGS ?=
+CRI_BENCH_FLAGS ?=
 BENCH_BASE ?=
 UPSTREAM_RDMA_CNI ?= v1.6.0
 bench: export PAYLOAD_UPSTREAM = $(UPSTREAM_RDMA_CNI)
 bench: payload
 	@if [ -n "$(BENCH_BASE)" ]; then cp "$(BENCH_BASE)" $(PAYLOAD)/bin/rdma-netns-base; fi
-	@{ $(VM_RUN) --nics 17 --payload $(PAYLOAD) -- rdma-netns-bench $(BENCH_FLAGS); echo $$? > $(OUT)/bench.rc; } | tee $(OUT)/bench.log
+	@{ $(VM_RUN) --nics 17 --payload $(PAYLOAD) -- 'rdma-netns-bench $(BENCH_FLAGS) && rdma-netns-cri bench $(CRI_BENCH_FLAGS)'; echo $$? > $(OUT)/bench.rc; } | tee $(OUT)/bench.log
 	@sed -n '/^=== BENCH TABLE BEGIN ===/,/^=== BENCH TABLE END ===/p' $(OUT)/bench.log | sed '1d;$$d' > $(OUT)/bench.txt
+	@sed -n '/^=== CRI BENCH BEGIN ===/,/^=== CRI BENCH END ===/p' $(OUT)/bench.log | sed '1d;$$d' | sed '1s/^/\n/' >> $(OUT)/bench.txt
 	@rc=$$(cat $(OUT)/bench.rc); rm -f $(OUT)/bench.rc; [ "$$rc" != 0 ] || echo "bench table: $(OUT)/bench.txt"; exit $$rc
 
 ## stress: fuzz the parsers on the host, then seeded random ADD/DEL rounds,
-## racing ADDs, injected faults and bad input in the test VM. Reproduce a
-## run with STRESS_FLAGS="-seed N".
+## racing ADDs, injected faults and bad input in the test VM, then
+## containerd SIGKILLed in the middle of RunPodSandbox CRI_STRESS_ROUNDS
+## times (e2e/cri). Reproduce a run with STRESS_FLAGS="-seed N" or
+## CRI_STRESS_FLAGS="-seed N".
 STRESS_ROUNDS ?= 200
 STRESS_FLAGS ?=
+CRI_STRESS_ROUNDS ?= 30
+CRI_STRESS_FLAGS ?=
 STRESS_SHORT_FLAGS ?= -rounds 40 -races 6 -kills 12 -reboots 2
 stress: fuzz stress-vm
 
 stress-vm: payload
-	$(VM_RUN) --nics 10 --payload $(PAYLOAD) -- rdma-netns-stress -rounds $(STRESS_ROUNDS) $(STRESS_FLAGS)
+	$(VM_RUN) --nics 10 --payload $(PAYLOAD) -- 'rdma-netns-stress -rounds $(STRESS_ROUNDS) $(STRESS_FLAGS) && rdma-netns-cri stress -rounds $(CRI_STRESS_ROUNDS) $(CRI_STRESS_FLAGS)'
 
-## stress-short: the short stress run `make test` includes (no fuzzing).
+## stress-short: the short stress run `make test` includes (no fuzzing),
+## with CRI_STRESS_SHORT_ROUNDS kills of containerd.
+CRI_STRESS_SHORT_ROUNDS ?= 3
 stress-short: payload
-	$(VM_RUN) --nics 10 --payload $(PAYLOAD) -- rdma-netns-stress $(STRESS_SHORT_FLAGS) $(STRESS_FLAGS)
+	$(VM_RUN) --nics 10 --payload $(PAYLOAD) -- 'rdma-netns-stress $(STRESS_SHORT_FLAGS) $(STRESS_FLAGS) && rdma-netns-cri stress -rounds $(CRI_STRESS_SHORT_ROUNDS) $(CRI_STRESS_FLAGS)'
 
 ## fuzz: every Go fuzz target under pkg/ and plugin/, one at a time, FUZZTIME each.
 FUZZTIME ?= 10s
