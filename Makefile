@@ -15,7 +15,7 @@ export CGO_ENABLED = 0
 
 all: build
 
-build: $(OUT)/rdma-netns $(OUT)/rdma-netns-exporter
+build: $(OUT)/rdma-netns $(OUT)/rdma-netns-exporter $(OUT)/rdma-netns-nri
 
 $(OUT)/rdma-netns: FORCE
 	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $@ .
@@ -24,6 +24,11 @@ $(OUT)/rdma-netns: FORCE
 # binary, which every pod start executes.
 $(OUT)/rdma-netns-exporter: FORCE
 	$(GO) build -trimpath -o $@ ./cmd/rdma-netns-exporter
+
+# The NRI plugin too: the NRI stub, ttrpc and protobuf stay out of the CNI
+# binary (main_test.go checks what it links).
+$(OUT)/rdma-netns-nri: FORCE
+	$(GO) build -trimpath -o $@ ./cmd/rdma-netns-nri
 
 FORCE:
 
@@ -108,7 +113,7 @@ fuzz:
 ## `make image IMAGE=registry.example/rdma-netns:v1 push` pushes it.
 IMAGE        ?= rdma-netns:$(VERSION)
 PLATFORMS    ?= linux/amd64,linux/arm64
-IMAGE_BINS   := rdma-netns=. rdma-netns-exporter=./cmd/rdma-netns-exporter
+IMAGE_BINS   := rdma-netns=. rdma-netns-exporter=./cmd/rdma-netns-exporter rdma-netns-nri=./cmd/rdma-netns-nri
 IMAGE_LAYOUT ?= $(OUT)/image
 IMAGE_TOOL   := $(GO) -C build/image run .
 comma := ,

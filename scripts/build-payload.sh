@@ -39,6 +39,8 @@ go build -trimpath -o "$out/bin/rdma-netns-bench" ./e2e/bench
 go build -trimpath -o "$out/bin/rdma-netns-stress" ./e2e/stress
 log "exporter"
 go build -trimpath -o "$out/bin/rdma-netns-exporter" ./cmd/rdma-netns-exporter
+log "NRI plugin"
+go build -trimpath -o "$out/bin/rdma-netns-nri" ./cmd/rdma-netns-nri
 go build -trimpath -o "$out/bin/rdma-netns-floor" ./e2e/bench/floor
 # The plugin rdma-netns replaces, as `make bench`'s anchor: upstream
 # rdma-cni built from the Go module proxy in its own module (its go.mod and
