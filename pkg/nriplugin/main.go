@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os/signal"
+	"path/filepath"
 	"regexp"
 	"syscall"
 	"time"
@@ -39,15 +40,46 @@ the host's network namespace (it enters pod network namespaces).
 Flags:
 `
 
+// Options are the plugin's command line.
+type Options struct {
+	Socket, Memlock, ShmSize, Index, LogLevel string
+}
+
+// FlagSet binds the plugin's flags to o, with their defaults.
+func FlagSet(o *Options) *flag.FlagSet {
+	fl := flag.NewFlagSet("rdma-netns-nri", flag.ContinueOnError)
+	fl.StringVar(&o.Socket, "socket", api.DefaultSocketPath, "the runtime's NRI socket `PATH`")
+	fl.StringVar(&o.Memlock, "memlock", "unlimited", "RLIMIT_MEMLOCK (soft and hard) of the containers: `LIMIT` unlimited, a size (64Gi), or keep (the runtime's)")
+	fl.StringVar(&o.ShmSize, "shm-size", podadjust.FormatSize(podadjust.DefaultPolicy.ShmSize), "default `SIZE` of a pod's /dev/shm (16Gi, 512Mi), or keep (the runtime's 64Mi); capped at the pod's memory limit")
+	fl.StringVar(&o.Index, "index", "50", "the plugin's two-digit NRI index: `NN` orders it among the runtime's NRI plugins")
+	fl.StringVar(&o.LogLevel, "log-level", "info", "`LEVEL` error, warn, info (one line per adjusted container) or debug (one per container)")
+	return fl
+}
+
+// Policy checks the options and returns the node's policy.
+func (o Options) Policy() (podadjust.Policy, error) {
+	var p podadjust.Policy
+	var err error
+	if p.Memlock, err = podadjust.ParseMemlock(o.Memlock); err != nil {
+		return p, fmt.Errorf("--memlock: %v", err)
+	}
+	if p.ShmSize, err = podadjust.ParseShmSize(o.ShmSize); err != nil {
+		return p, fmt.Errorf("--shm-size: %v", err)
+	}
+	if !regexp.MustCompile(`^[0-9]{2}$`).MatchString(o.Index) {
+		return p, fmt.Errorf("--index %q must be two digits", o.Index)
+	}
+	if !filepath.IsAbs(o.Socket) {
+		return p, fmt.Errorf("--socket %q must be an absolute path", o.Socket)
+	}
+	return p, nil
+}
+
 // Main runs the plugin until SIGINT or SIGTERM and returns the exit status.
 func Main(args []string, stderr io.Writer) int {
-	fl := flag.NewFlagSet("rdma-netns-nri", flag.ContinueOnError)
+	var o Options
+	fl := FlagSet(&o)
 	fl.SetOutput(stderr)
-	socket := fl.String("socket", api.DefaultSocketPath, "the runtime's NRI socket `PATH`")
-	memlock := fl.String("memlock", "unlimited", "RLIMIT_MEMLOCK (soft and hard) of the containers: `LIMIT` unlimited, a size (64Gi), or keep (the runtime's)")
-	shm := fl.String("shm-size", podadjust.FormatSize(podadjust.DefaultPolicy.ShmSize), "default `SIZE` of a pod's /dev/shm (16Gi, 512Mi), or keep (the runtime's 64Mi); capped at the pod's memory limit")
-	index := fl.String("index", "50", "the plugin's two-digit NRI index: `NN` orders it among the runtime's NRI plugins")
-	level := fl.String("log-level", "info", "`LEVEL` error, warn, info (one line per adjusted container) or debug (one per container)")
 	fl.Usage = func() {
 		fmt.Fprint(stderr, usage)
 		fl.PrintDefaults()
@@ -55,27 +87,18 @@ func Main(args []string, stderr io.Writer) int {
 	if code, ok := cli.Parse(fl, args, stderr); !ok {
 		return code
 	}
-	var policy podadjust.Policy
-	var err error
-	if policy.Memlock, err = podadjust.ParseMemlock(*memlock); err != nil {
-		fmt.Fprintf(stderr, "rdma-netns-nri: --memlock: %v\n", err)
+	policy, err := o.Policy()
+	if err != nil {
+		fmt.Fprintf(stderr, "rdma-netns-nri: %v\n", err)
 		return 2
 	}
-	if policy.ShmSize, err = podadjust.ParseShmSize(*shm); err != nil {
-		fmt.Fprintf(stderr, "rdma-netns-nri: --shm-size: %v\n", err)
-		return 2
-	}
-	if !regexp.MustCompile(`^[0-9]{2}$`).MatchString(*index) {
-		fmt.Fprintf(stderr, "rdma-netns-nri: --index %q must be two digits\n", *index)
-		return 2
-	}
-	log := logging.NewWriter(stderr, *level)
+	log := logging.NewWriter(stderr, o.LogLevel)
 	p := &plugin{adj: &podadjust.Adjuster{Policy: policy, Kernel: rdmans.Netlink{}, Shm: podadjust.Tmpfs{}, SameAsSelf: sameAsSelf()}, log: log}
-	log.Infof("rdma-netns-nri: memlock %s, /dev/shm %s, NRI socket %s", policy.Memlock, shmString(policy.ShmSize), *socket)
+	log.Infof("rdma-netns-nri: memlock %s, /dev/shm %s, NRI socket %s", policy.Memlock, shmString(policy.ShmSize), o.Socket)
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	run(ctx, log, stubs(p, *socket, *index))
+	run(ctx, log, stubs(p, o.Socket, o.Index))
 	return 0
 }
 

@@ -196,7 +196,7 @@ func TestRunRetriesUntilStopped(t *testing.T) {
 }
 
 func TestMainFlags(t *testing.T) {
-	for _, args := range [][]string{{"--memlock", "lots"}, {"--shm-size", "0"}, {"--index", "5"}, {"stray"}} {
+	for _, args := range [][]string{{"--memlock", "lots"}, {"--shm-size", "0"}, {"--index", "5"}, {"--socket", "nri.sock"}, {"stray"}} {
 		var stderr bytes.Buffer
 		if code := Main(args, &stderr); code != 2 {
 			t.Errorf("%v: exit %d, want 2 (usage error); stderr:\n%s", args, code, stderr.String())
