@@ -305,7 +305,9 @@ func TestNRIContainer(t *testing.T) {
 	}{
 		{"valid baseline", func(*corev1.Container, *corev1.PodSpec) {}, ""},
 		{"unknown flag", func(c *corev1.Container, _ *corev1.PodSpec) { c.Command = append(c.Command, "--shm", "1Gi") }, "flag provided but not defined: -shm"},
-		{"bad size", func(c *corev1.Container, _ *corev1.PodSpec) { c.Command = []string{"/rdma-netns-nri", "--shm-size", "1GB"} }, "--shm-size"},
+		{"bad size", func(c *corev1.Container, _ *corev1.PodSpec) {
+			c.Command = []string{"/rdma-netns-nri", "--shm-size", "1GB"}
+		}, "--shm-size"},
 		{"socket elsewhere", func(c *corev1.Container, _ *corev1.PodSpec) {
 			c.Command = []string{"/rdma-netns-nri", "--socket", "/run/nri/nri.sock"}
 		}, "/run/nri is not mounted"},
