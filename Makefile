@@ -41,6 +41,7 @@ lint:
 	$(GO) vet -tags e2e ./e2e
 	cd build/image && $(GO) vet ./...
 	cd e2e/multus && $(GO) vet -tags e2e ./...
+	cd e2e/cri && $(GO) vet -tags e2e ./...
 
 ## unit: go vet, gofmt, and the unit tests of the plugin and of conf/.
 unit: lint
@@ -54,11 +55,11 @@ payload:
 vm-prepare:
 	scripts/vm-prepare.sh
 
-## e2e: one VM boot in exclusive mode for the suite and the Multus tests
-## (e2e/multus), one in shared mode.
+## e2e: one VM boot in exclusive mode for the suite, the Multus tests
+## (e2e/multus) and the CRI tests (e2e/cri: containerd), one in shared mode.
 e2e: payload
-	$(VM_RUN) --payload $(PAYLOAD) -- 'rc=0; e2e.test $(E2E_FLAGS) || rc=1; multus.test $(E2E_FLAGS) || rc=1; exit $$rc'
-	$(VM_RUN) --netns-mode shared --nics 4 --payload $(PAYLOAD) -- e2e.test $(E2E_FLAGS) -test.run TestSharedMode
+	$(VM_RUN) --payload $(PAYLOAD) -- 'rc=0; e2e.test $(E2E_FLAGS) || rc=1; multus.test $(E2E_FLAGS) || rc=1; cri.test $(E2E_FLAGS) || rc=1; exit $$rc'
+	$(VM_RUN) --netns-mode shared --nics 4 --payload $(PAYLOAD) -- 'rc=0; e2e.test $(E2E_FLAGS) -test.run TestSharedMode || rc=1; cri.test $(E2E_FLAGS) -test.run TestSharedMode || rc=1; exit $$rc'
 
 ## demo: the seed story in the test VM: a pod gets its NIC and RDMA device.
 demo: payload

@@ -19,6 +19,7 @@ import (
 	current "github.com/containernetworking/cni/pkg/types/100"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	nodev1 "k8s.io/api/node/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -80,6 +81,7 @@ var kinds = map[string]struct {
 	"NetworkAttachmentDefinition": {"k8s.cni.cncf.io/v1", func() any { return &networkAttachmentDefinition{} }},
 	"Service":                     {"v1", func() any { return &corev1.Service{} }},
 	"ServiceMonitor":              {"monitoring.coreos.com/v1", func() any { return &serviceMonitor{} }},
+	"RuntimeClass":                {"node.k8s.io/v1", func() any { return &nodev1.RuntimeClass{} }},
 }
 
 // object is one decoded YAML document.

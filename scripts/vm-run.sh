@@ -48,6 +48,7 @@ case "$NETNS_MODE" in exclusive|shared) ;; *) die "--netns-mode must be exclusiv
 [ -z "$PAYLOAD" ] || [ -d "$PAYLOAD" ] || die "--payload $PAYLOAD is not a directory"
 
 eval "$("$SCRIPTS_DIR/vm-prepare.sh" --print-env)"
+eval "$("$SCRIPTS_DIR/vm-prepare-cri.sh" "$VM_CACHE_DIR/initramfs-base" --print-env)"
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/vm-run.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
@@ -186,10 +187,11 @@ sleep 60
 INIT
 chmod 0755 "$STAGE/init"
 
-# Second cpio archive appended to the cached base one: the kernel unpacks
-# concatenated archives in order, later files overriding earlier ones.
+# Cpio archives appended to the cached base one (runc's, then this run's):
+# the kernel unpacks concatenated archives in order, later files overriding
+# earlier ones.
 (cd "$STAGE" && find . -mindepth 1 | LC_ALL=C sort | cpio -o -H newc -R 0:0 --quiet) > "$WORK/run.cpio"
-cat "$VM_BASE_CPIO" "$WORK/run.cpio" > "$WORK/initrd"
+cat "$VM_BASE_CPIO" "$VM_CRI_CPIO" "$WORK/run.cpio" > "$WORK/initrd"
 
 # NICs at fixed PCI slots starting at 3 (slots 0-1 are the i440fx host/ISA
 # bridges; 2 is left free), so names derived from PCI addresses are stable:
