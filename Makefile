@@ -56,9 +56,10 @@ vm-prepare:
 	scripts/vm-prepare.sh
 
 ## e2e: one VM boot in exclusive mode for the suite, the Multus tests
-## (e2e/multus) and the CRI tests (e2e/cri: containerd), one in shared mode.
+## (e2e/multus), the CRI tests (e2e/cri: containerd) and the NRI plugin's
+## (e2e/cri/nri), one in shared mode.
 e2e: payload
-	$(VM_RUN) --payload $(PAYLOAD) -- 'rc=0; e2e.test $(E2E_FLAGS) || rc=1; multus.test $(E2E_FLAGS) || rc=1; cri.test $(E2E_FLAGS) || rc=1; exit $$rc'
+	$(VM_RUN) --payload $(PAYLOAD) -- 'rc=0; e2e.test $(E2E_FLAGS) || rc=1; multus.test $(E2E_FLAGS) || rc=1; cri.test $(E2E_FLAGS) || rc=1; nri.test $(E2E_FLAGS) || rc=1; exit $$rc'
 	$(VM_RUN) --netns-mode shared --nics 4 --payload $(PAYLOAD) -- 'rc=0; e2e.test $(E2E_FLAGS) -test.run TestSharedMode || rc=1; cri.test $(E2E_FLAGS) -test.run TestSharedMode || rc=1; exit $$rc'
 
 ## demo: the seed story in the test VM: a pod gets its NIC and RDMA device.
