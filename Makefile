@@ -81,6 +81,16 @@ bench: payload
 	@sed -n '/^=== BENCH TABLE BEGIN ===/,/^=== BENCH TABLE END ===/p' $(OUT)/bench.log | sed '1d;$$d' > $(OUT)/bench.txt
 	@rc=$$(cat $(OUT)/bench.rc); rm -f $(OUT)/bench.rc; [ "$$rc" != 0 ] || echo "bench table: $(OUT)/bench.txt"; exit $$rc
 
+## bench-nri: what rdma-netns-nri adds to CreateContainer+StartContainer
+## under containerd, in alternating blocks with and without it (make bench
+## runs it too); the table lands in $(OUT)/bench-nri.txt.
+NRI_BENCH_FLAGS ?=
+bench: bench-nri
+bench-nri: payload
+	@{ $(VM_RUN) --payload $(PAYLOAD) -- nri.test -test.run TestBenchCreateContainer -nri.bench $(NRI_BENCH_FLAGS); echo $$? > $(OUT)/bench-nri.rc; } | tee $(OUT)/bench-nri.log
+	@sed -n '/^=== NRI BENCH BEGIN ===/,/^=== NRI BENCH END ===/p' $(OUT)/bench-nri.log | sed '1d;$$d' > $(OUT)/bench-nri.txt
+	@rc=$$(cat $(OUT)/bench-nri.rc); rm -f $(OUT)/bench-nri.rc; [ "$$rc" != 0 ] || echo "NRI bench table: $(OUT)/bench-nri.txt"; exit $$rc
+
 ## stress: fuzz the parsers on the host, then seeded random ADD/DEL rounds,
 ## racing ADDs, injected faults and bad input in the test VM. Reproduce a
 ## run with STRESS_FLAGS="-seed N".
@@ -106,7 +116,7 @@ fuzz:
 	  done; \
 	done
 
-.PHONY: bench stress stress-vm stress-short fuzz
+.PHONY: bench bench-nri stress stress-vm stress-short fuzz
 
 ## image: the DaemonSet's image without Docker: the static binaries of
 ## IMAGE_BINS (NAME=PACKAGE) on scratch at /NAME, for every platform in
