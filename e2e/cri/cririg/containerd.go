@@ -21,14 +21,14 @@ import (
 // Paths in the guest. The conf/containerd files land in DropInDir and
 // /etc/cni/*.d (cri-setup.sh); everything the rig writes is under Dir.
 const (
-	Dir        = "/run/cririg"
-	Socket     = "/run/containerd/containerd.sock"
-	NRISocket  = "/var/run/nri/nri.sock"
-	DropInDir  = "/etc/containerd/conf.d"
-	CNIBinDir  = "/opt/cni/bin"
-	SetupPath  = "/payload/cri-setup.sh"
+	Dir           = "/run/cririg"
+	Socket        = "/run/containerd/containerd.sock"
+	NRISocket     = "/var/run/nri/nri.sock"
+	DropInDir     = "/etc/containerd/conf.d"
+	CNIBinDir     = "/opt/cni/bin"
+	SetupPath     = "/payload/cri-setup.sh"
 	ContainerdBin = "/usr/local/bin/containerd"
-	Ctr        = "/usr/local/bin/ctr"
+	Ctr           = "/usr/local/bin/ctr"
 	// Namespace is the containerd namespace of CRI's images and pods.
 	Namespace = "k8s.io"
 	// RecordsDir is where rdma-netns keeps its attachment records.
@@ -221,6 +221,16 @@ func (c *Containerd) connect(timeout time.Duration) error {
 		}
 	}
 	return fmt.Errorf("containerd's CRI does not answer after %s: %v", timeout, last)
+}
+
+// Alive tells whether this containerd is still running.
+func (c *Containerd) Alive() bool {
+	select {
+	case <-c.done:
+		return false
+	default:
+		return true
+	}
 }
 
 // Pid is containerd's process id.

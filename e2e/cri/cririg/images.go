@@ -32,53 +32,108 @@ const (
 	// PauseBinary is the pods' pause program (e2e/cri/cmd/pause), which
 	// build-payload.sh ships.
 	PauseBinary = "/usr/local/bin/rdma-netns-pause"
-	imagesDir   = Dir + "/images"
+	archivePath = Dir + "/images/images.tar"
 )
 
-// ToolsFiles are the guest paths the workload image carries: busybox (the
-// shell and `sleep`), Debian's rdma-core userspace (ibv_devices,
-// ibv_devinfo, ibv_rc_pingpong, rping, perftest's ib_write_bw, ...), the
-// rxe provider and every library they load.
+// ToolsBinaries are the RDMA tools of the workload image: Debian's
+// rdma-core userspace (verbs, rdma_cm) and perftest. With them the image
+// carries busybox, the verbs providers (rxe's among them) and every library
+// they load (toolsClosure).
 //
 // The image is packed in the guest from the guest's own files rather than
-// on the host: vm-prepare.sh already put exactly this userspace, resolved
-// with its libraries, into the initramfs, so the image needs no second
-// download, no host-side cache and cannot drift from what the guest runs.
-// Packing it takes well under a second.
-var ToolsFiles = []string{
-	"/bin", "/lib64", "/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu",
-	"/usr/bin", "/etc/libibverbs.d",
+// on the host: vm-prepare.sh already put exactly this userspace, with its
+// libraries, into the initramfs, so the image needs no second download and
+// no host-side cache, and cannot drift from what the guest runs.
+var ToolsBinaries = []string{
+	"/usr/bin/ibv_devices", "/usr/bin/ibv_devinfo", "/usr/bin/ibv_rc_pingpong",
+	"/usr/bin/ib_write_bw", "/usr/bin/ib_read_bw", "/usr/bin/ib_send_lat",
+	"/usr/bin/rping", "/usr/bin/udaddy",
 }
 
-// skipTools are files under ToolsFiles a workload has no use for.
-var skipTools = map[string]bool{"/usr/bin/kmod": true}
+// loader is the guest's dynamic loader, which lists what a program loads.
+const loader = "/lib64/ld-linux-x86-64.so.2"
 
-// BuildImages writes the pause and the tools image as OCI archives under
-// Dir/images (pause.tar, tools.tar).
+// BuildImages writes the pause and the tools image into one OCI archive,
+// Dir/images/images.tar, which ImportImages imports with one ctr call
+// (each ctr run costs seconds of start-up in the emulated VM).
 func BuildImages() error {
-	pause, err := layerOf(map[string]string{"/pause": PauseBinary}, nil)
+	pause, err := layerOf(map[string]string{"/pause": PauseBinary})
 	if err != nil {
 		return fmt.Errorf("pause image: %v", err)
 	}
-	if err := writeArchive(filepath.Join(imagesDir, "pause.tar"), PauseImage, pause, v1.Config{
-		Entrypoint: []string{"/pause"},
-	}); err != nil {
-		return err
-	}
-	tools, err := layerOf(nil, ToolsFiles)
+	files, err := toolsClosure()
 	if err != nil {
 		return fmt.Errorf("tools image: %v", err)
 	}
-	return writeArchive(filepath.Join(imagesDir, "tools.tar"), ToolsImage, tools, v1.Config{
-		Cmd: []string{"/bin/sh"},
-		Env: []string{"PATH=/usr/bin:/bin"},
+	tools, err := layerOf(files)
+	if err != nil {
+		return fmt.Errorf("tools image: %v", err)
+	}
+	return writeArchive(archivePath, []image{
+		{PauseImage, pause, v1.Config{Entrypoint: []string{"/pause"}}},
+		{ToolsImage, tools, v1.Config{Cmd: []string{"/bin/sh"}, Env: []string{"PATH=/usr/bin:/bin"}}},
 	})
 }
 
+// toolsClosure maps the tools image's files to the guest's: ToolsBinaries,
+// busybox with its applet links (the shell, sleep, cat, ...), the verbs
+// providers and the libibverbs driver files, and every library these load,
+// as the guest's dynamic loader lists them.
+func toolsClosure() (map[string]string, error) {
+	files := map[string]string{}
+	var objs []string
+	for _, b := range ToolsBinaries {
+		files[b] = b
+		objs = append(objs, b)
+	}
+	for _, pattern := range []string{"/usr/lib/x86_64-linux-gnu/libibverbs/*.so", "/etc/libibverbs.d/*", "/lib/x86_64-linux-gnu/libgcc_s.so.1"} {
+		m, err := filepath.Glob(pattern)
+		if err != nil || len(m) == 0 {
+			return nil, fmt.Errorf("nothing matches %s in the guest (%v)", pattern, err)
+		}
+		for _, f := range m {
+			files[f] = f
+			if strings.HasSuffix(f, ".so") {
+				objs = append(objs, f)
+			}
+		}
+	}
+	for _, o := range objs {
+		out, err := exec.Command(loader, "--list", o).Output()
+		if err != nil {
+			return nil, fmt.Errorf("%s --list %s: %v", loader, o, err)
+		}
+		for _, l := range strings.Split(string(out), "\n") {
+			f := strings.Fields(l)
+			switch {
+			case len(f) >= 3 && f[1] == "=>" && strings.HasPrefix(f[2], "/"):
+				files[f[2]] = f[2]
+			case len(f) >= 1 && strings.HasPrefix(f[0], "/"):
+				files[f[0]] = f[0]
+			}
+		}
+	}
+	// Library links (libfoo.so.1 -> libfoo.so.1.2.3) bring their target.
+	for f := range files {
+		if t, err := filepath.EvalSymlinks(f); err == nil && t != f {
+			files[t] = t
+		}
+	}
+	// busybox's applets are links to it in /bin.
+	applets, err := filepath.Glob("/bin/*")
+	if err != nil {
+		return nil, err
+	}
+	for _, a := range applets {
+		files[a] = a
+	}
+	return files, nil
+}
+
 // layerOf is an uncompressed layer (containerd unpacks it as is: nothing to
-// gain from gzip inside one VM) holding files (image path -> guest path)
-// and the trees under dirs at their own paths.
-func layerOf(files map[string]string, dirs []string) (v1.Layer, error) {
+// gain from gzip inside one VM) holding files (image path -> guest path),
+// with their parent directories.
+func layerOf(files map[string]string) (v1.Layer, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	seen := map[string]bool{}
@@ -137,17 +192,6 @@ func layerOf(files map[string]string, dirs []string) (v1.Layer, error) {
 			return nil, err
 		}
 	}
-	for _, d := range dirs {
-		err := filepath.WalkDir(d, func(p string, e fs.DirEntry, err error) error {
-			if err != nil || skipTools[p] {
-				return err
-			}
-			return add(p, p)
-		})
-		if err != nil {
-			return nil, err
-		}
-	}
 	// Mount points runc creates anyway, and a /tmp for the tools.
 	for _, d := range []string{"tmp", "etc", "dev", "proc", "sys"} {
 		if !seen[d] {
@@ -166,23 +210,16 @@ func layerOf(files map[string]string, dirs []string) (v1.Layer, error) {
 	return static.NewLayer(buf.Bytes(), types.OCIUncompressedLayer), nil
 }
 
-// writeArchive writes a one-image OCI archive (an OCI layout in a tar)
-// that `ctr images import` names ref.
-func writeArchive(path, ref string, layer v1.Layer, cfg v1.Config) error {
-	img, err := mutate.AppendLayers(mutate.MediaType(empty.Image, types.OCIManifestSchema1), layer)
-	if err != nil {
-		return err
-	}
-	img = mutate.ConfigMediaType(img, types.OCIConfigJSON)
-	cf, err := img.ConfigFile()
-	if err != nil {
-		return err
-	}
-	cf = cf.DeepCopy()
-	cf.OS, cf.Architecture, cf.Config = "linux", runtime.GOARCH, cfg
-	if img, err = mutate.ConfigFile(img, cf); err != nil {
-		return err
-	}
+// image is one image of an archive: its name, its one layer, its config.
+type image struct {
+	ref   string
+	layer v1.Layer
+	cfg   v1.Config
+}
+
+// writeArchive writes images as an OCI archive (an OCI layout in a tar)
+// in which `ctr images import` finds each under its ref.
+func writeArchive(path string, images []image) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
@@ -195,11 +232,27 @@ func writeArchive(path, ref string, layer v1.Layer, cfg v1.Config) error {
 	if err != nil {
 		return err
 	}
-	if err := lp.AppendImage(img, layout.WithAnnotations(map[string]string{
-		"io.containerd.image.name":         ref,
-		"org.opencontainers.image.ref.name": ref,
-	})); err != nil {
-		return err
+	for _, im := range images {
+		img, err := mutate.AppendLayers(mutate.MediaType(empty.Image, types.OCIManifestSchema1), im.layer)
+		if err != nil {
+			return err
+		}
+		img = mutate.ConfigMediaType(img, types.OCIConfigJSON)
+		cf, err := img.ConfigFile()
+		if err != nil {
+			return err
+		}
+		cf = cf.DeepCopy()
+		cf.OS, cf.Architecture, cf.Config = "linux", runtime.GOARCH, im.cfg
+		if img, err = mutate.ConfigFile(img, cf); err != nil {
+			return err
+		}
+		if err := lp.AppendImage(img, layout.WithAnnotations(map[string]string{
+			"io.containerd.image.name":          im.ref,
+			"org.opencontainers.image.ref.name": im.ref,
+		})); err != nil {
+			return fmt.Errorf("%s: %v", im.ref, err)
+		}
 	}
 	return tarDir(dir, path)
 }
@@ -267,12 +320,10 @@ func (c *Containerd) ImportImages(ctx context.Context) error {
 	if have {
 		return nil
 	}
-	for _, f := range []string{"pause.tar", "tools.tar"} {
-		out, err := exec.Command(Ctr, "--address", Socket, "-n", Namespace, "images", "import",
-			"--local", "--snapshotter", "native", filepath.Join(imagesDir, f)).CombinedOutput()
-		if err != nil {
-			return fmt.Errorf("ctr images import %s: %v\n%s", f, err, out)
-		}
+	out, err := exec.Command(Ctr, "--address", Socket, "-n", Namespace, "images", "import",
+		"--local", "--snapshotter", "native", archivePath).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("ctr images import %s: %v\n%s", archivePath, err, out)
 	}
 	return nil
 }

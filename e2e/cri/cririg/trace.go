@@ -19,14 +19,18 @@ const (
 	holdFlag  = TraceDir + "/hold"
 	heldFlag  = TraceDir + "/held"
 	traceBody = `#!/bin/sh
-# cririg's CNI trace: log the call, optionally hold it, run the real plugin.
+# cririg's CNI trace: log the call, optionally hold it, run the real plugin
+# (stdin, stdout and stderr are containerd's), log how it exited.
 p=${0##*/}
 echo "$p $CNI_COMMAND ${CNI_CONTAINERID:--} ${CNI_NETNS:--} ${CNI_IFNAME:--} ${CNI_ARGS:--}" >> %[1]s
 if [ -e "%[2]s.$p.$CNI_COMMAND" ]; then
   echo "$CNI_CONTAINERID" > "%[3]s.$p.$CNI_COMMAND"
   while [ -e "%[2]s.$p.$CNI_COMMAND" ]; do sleep 0.05; done
 fi
-exec %[4]s/$p "$@"
+%[4]s/$p "$@"
+rc=$?
+echo "$p $CNI_COMMAND-EXIT ${CNI_CONTAINERID:--} rc=$rc" >> %[1]s
+exit $rc
 `
 )
 
@@ -67,7 +71,7 @@ func Calls() ([]Call, error) {
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		fs := strings.Fields(sc.Text())
-		if len(fs) < 5 {
+		if len(fs) < 5 || strings.HasSuffix(fs[1], "-EXIT") {
 			continue
 		}
 		c := Call{Plugin: fs[0], Command: fs[1], ContainerID: fs[2], Netns: fs[3], IfName: fs[4], Args: map[string]string{}}
@@ -110,4 +114,44 @@ func WaitHeld(plugin, command string, timeout time.Duration) (string, error) {
 func Release(plugin, command string) error {
 	os.Remove(heldFlag + "." + plugin + "." + command)
 	return os.Remove(holdFlag + "." + plugin + "." + command)
+}
+
+// WaitCallsDone waits until every traced call has exited, including the
+// ones a killed containerd left running, and returns how many there were
+// and how many exited with SIGPIPE (141): a plugin whose containerd died
+// is killed when it writes its result to the pipe nobody reads any more.
+func WaitCallsDone(timeout time.Duration) (calls, sigpipe int, err error) {
+	err = Wait(timeout, "every traced CNI call exited", func() (bool, error) {
+		data, err := os.ReadFile(traceLog)
+		if err != nil {
+			return false, err
+		}
+		starts, pipes := 0, 0
+		running := map[string]int{} // plugin, command, container -> calls not exited
+		for _, l := range strings.Split(string(data), "\n") {
+			fs := strings.Fields(l)
+			switch {
+			case len(fs) >= 4 && strings.HasSuffix(fs[1], "-EXIT"):
+				running[fs[0]+" "+strings.TrimSuffix(fs[1], "-EXIT")+" "+fs[2]]--
+				if fs[3] == "rc=141" {
+					pipes++
+				}
+			case len(fs) >= 5:
+				starts++
+				running[fs[0]+" "+fs[1]+" "+fs[2]]++
+			}
+		}
+		calls, sigpipe = starts, pipes
+		var left []string
+		for k, n := range running {
+			if n != 0 {
+				left = append(left, fmt.Sprintf("%s (%d)", k, n))
+			}
+		}
+		if len(left) > 0 {
+			return false, fmt.Errorf("still running: %v", left)
+		}
+		return true, nil
+	})
+	return calls, sigpipe, err
 }
