@@ -98,7 +98,10 @@ func Main(args []string, stderr io.Writer) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	run(ctx, log, stubs(p, o.Socket, o.Index))
+	if err := run(ctx, log, stubs(p, o.Socket, o.Index)); err != nil {
+		log.Errorf("%v", err)
+		return 1
+	}
 	return 0
 }
 
@@ -122,14 +125,14 @@ const (
 // run connects a new stub to the runtime and serves it until the
 // connection ends, then does it again, until ctx is done. A stub is made
 // per connection: the runtime forgets the plugin when it restarts, and a
-// fresh registration (with its Synchronize) is what it expects.
-func run(ctx context.Context, log *logging.Logger, newStub func(onClose func()) (stub.Stub, error)) {
+// fresh registration (with its Synchronize) is what it expects. Only a
+// stub that cannot be made at all is an error.
+func run(ctx context.Context, log *logging.Logger, newStub func(onClose func()) (stub.Stub, error)) error {
 	delay := firstRetry
 	for ctx.Err() == nil {
 		st, err := newStub(func() { log.Warnf("the runtime closed the NRI connection (restarting?); reconnecting") })
 		if err != nil {
-			log.Errorf("cannot set up the NRI plugin: %v", err)
-			return
+			return fmt.Errorf("cannot set up the NRI plugin: %v", err)
 		}
 		connected := time.Now()
 		done := make(chan error, 1)
@@ -138,7 +141,7 @@ func run(ctx context.Context, log *logging.Logger, newStub func(onClose func()) 
 		case <-ctx.Done():
 			st.Stop()
 			<-done
-			return
+			return nil
 		case err = <-done:
 		}
 		if time.Since(connected) > maxRetry {
@@ -150,11 +153,12 @@ func run(ctx context.Context, log *logging.Logger, newStub func(onClose func()) 
 		log.Warnf("not connected to the runtime's NRI socket: %v; retrying in %s", err, delay)
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case <-time.After(delay):
 		}
 		delay = min(2*delay, maxRetry)
 	}
+	return nil
 }
 
 func shmString(n uint64) string {

@@ -3,6 +3,7 @@ package nriplugin
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net"
 	"path/filepath"
 	"slices"
@@ -133,7 +134,12 @@ func TestPluginAgainstRuntime(t *testing.T) {
 		}
 		return c, err
 	})
-	go func() { run(ctx, p.log, stubs(p, socket, "50", dial)); close(done) }()
+	go func() {
+		if err := run(ctx, p.log, stubs(p, socket, "50", dial)); err != nil {
+			t.Error(err)
+		}
+		close(done)
+	}()
 	defer func() {
 		cancel()
 		select {
@@ -186,7 +192,9 @@ func TestRunRetriesUntilStopped(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 1200*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	run(ctx, p.log, stubs(p, filepath.Join(t.TempDir(), "nri.sock"), "50"))
+	if err := run(ctx, p.log, stubs(p, filepath.Join(t.TempDir(), "nri.sock"), "50")); err != nil {
+		t.Fatal(err)
+	}
 	if time.Since(start) > 5*time.Second {
 		t.Fatal("run did not return when its context ended")
 	}
@@ -205,5 +213,16 @@ func TestMainFlags(t *testing.T) {
 	var stderr bytes.Buffer
 	if code := Main([]string{"--help"}, &stderr); code != 0 || !strings.Contains(stderr.String(), "rdma-netns.io/shm-size") {
 		t.Errorf("--help: exit %d, usage:\n%s", code, stderr.String())
+	}
+}
+
+// A stub that cannot be made at all ends the run with an error instead of
+// retrying forever.
+func TestRunStubError(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := run(ctx, logging.Discard(), func(func()) (stub.Stub, error) { return nil, errors.New("no handler") })
+	if err == nil || !strings.Contains(err.Error(), "cannot set up the NRI plugin: no handler") {
+		t.Fatalf("run = %v, want the stub's error", err)
 	}
 }
