@@ -86,6 +86,12 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "containerd:", err)
 		return 1
 	}
+	// Sandboxes an earlier suite left in containerd's state (one killed
+	// mid-way, say) hold NICs these tests need: stop and remove them, as
+	// kubelet does with pods that should not exist.
+	if err := ctd.Cleanup(context.Background()); err != nil {
+		fmt.Fprintln(os.Stderr, "leftover sandboxes:", err)
+	}
 	if plugin, err = startPlugin(); err != nil {
 		fmt.Fprintln(os.Stderr, "rdma-netns-nri:", err)
 		ctd.Stop()
