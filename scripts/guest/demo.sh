@@ -111,3 +111,10 @@ ibv_devinfo -d $DEV_A | grep -E "hca_id|state:" | indent
 took
 
 printf '\nDone: each RDMA device followed its NIC into a pod, carried RDMA traffic\nbetween the pods, and came back.\n'
+
+# The end: pods created over CRI by containerd whose containers ask for
+# nothing (not root, no capability, device or volume); rdma-netns-nri gives
+# them what verbs needs, and they exchange RDMA traffic
+# (e2e/cri/cmd/rdma-netns-nri-demo).
+printf '\n==== Unprivileged pods under containerd 2.2.1 with rdma-netns-nri\n'
+rdma-netns-nri-demo

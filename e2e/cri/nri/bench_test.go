@@ -15,6 +15,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/rdma-netns/rdma-netns/e2e/cri/cririg"
+	"github.com/rdma-netns/rdma-netns/e2e/cri/nririg"
 )
 
 var (
@@ -35,17 +36,17 @@ func TestBenchCreateContainer(t *testing.T) {
 	}
 	pod := runPod(t, "nri-bench", "rdma-eth1", podOpts{})
 	var with, without []time.Duration
-	logStart := logLines()
+	logStart := nririg.LogLines()
 	for b := 0; b < 2**benchBlocks; b++ {
 		on := b%2 == 0
 		if !on {
-			plugin.stop()
+			plugin.Stop()
 			// containerd drops a plugin whose connection closed at its
 			// next request; let it see the close first.
 			time.Sleep(500 * time.Millisecond)
 		} else if b > 0 {
 			var err error
-			if plugin, err = startPlugin(); err != nil {
+			if plugin, err = nririg.StartPlugin(); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -58,7 +59,7 @@ func TestBenchCreateContainer(t *testing.T) {
 			}
 		}
 	}
-	handler := handlerTimes(logSince(logStart))
+	handler := handlerTimes(nririg.LogSince(logStart))
 	mw, mo := median(with), median(without)
 	var b strings.Builder
 	fmt.Fprintf(&b, "CreateContainer+StartContainer of an unprivileged container in a pod holding its RDMA device (containerd 2.2.1, qemu TCG)\n")
@@ -80,8 +81,8 @@ func createStart(t *testing.T, pod *cririg.Pod, name string, adjusted bool) time
 	c := runContainer(t, pod, cfg)
 	d := time.Since(start)
 	w := inspect(t, c)
-	if (len(w.nodes) > 0) != adjusted {
-		t.Fatalf("container %s: devices %v, want adjusted %v", name, w.nodes, adjusted)
+	if (len(w.Nodes) > 0) != adjusted {
+		t.Fatalf("container %s: devices %v, want adjusted %v", name, w.Nodes, adjusted)
 	}
 	bg := context.Background()
 	ctd.Runtime.StopContainer(bg, &runtimeapi.StopContainerRequest{ContainerId: c.ID, Timeout: 0})

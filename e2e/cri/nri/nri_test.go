@@ -17,20 +17,18 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/rdma-netns/rdma-netns/e2e/cri/cririg"
+	"github.com/rdma-netns/rdma-netns/e2e/cri/nririg"
 	"github.com/rdma-netns/rdma-netns/e2e/internal/rig"
 	"github.com/rdma-netns/rdma-netns/pkg/rdmans"
 )
 
 const (
-	pluginBin = "/usr/local/bin/rdma-netns-nri"
-	pluginLog = cririg.Dir + "/rdma-netns-nri.log"
 	doctorBin = cririg.CNIBinDir + "/rdma-netns"
 	// plainHandler runs pods on a network whose eth0 is a dummy netdev
 	// (host-device moves it in, static gives it the address containerd
@@ -38,8 +36,6 @@ const (
 	plainHandler = "plain"
 	plainConfDir = cririg.Dir + "/plain.d"
 	plainNetdev  = "nriplain0"
-	// The uid the tests' workloads run as: no root, no capability.
-	workloadUID = 1000
 )
 
 // plainRuntime adds the plain handler to containerd's config.
@@ -52,7 +48,7 @@ var plainRuntime = fmt.Sprintf(`[plugins.'io.containerd.cri.v1.runtime'.containe
 
 var (
 	ctd    *cririg.Containerd
-	plugin *pluginProc
+	plugin *nririg.Plugin
 )
 
 func TestMain(m *testing.M) {
@@ -92,7 +88,7 @@ func run(m *testing.M) int {
 	if err := ctd.Cleanup(context.Background()); err != nil {
 		fmt.Fprintln(os.Stderr, "leftover sandboxes:", err)
 	}
-	if plugin, err = startPlugin(); err != nil {
+	if plugin, err = nririg.StartPlugin(); err != nil {
 		fmt.Fprintln(os.Stderr, "rdma-netns-nri:", err)
 		ctd.Stop()
 		return 1
@@ -102,13 +98,13 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "cleanup:", err)
 		rc = 1
 	}
-	plugin.stop()
+	plugin.Stop()
 	if err := ctd.Stop(); err != nil {
 		fmt.Fprintln(os.Stderr, "stop containerd:", err)
 	}
 	if rc != 0 {
 		fmt.Println("=== rdma-netns-nri log ===")
-		data, _ := os.ReadFile(pluginLog)
+		data, _ := os.ReadFile(nririg.PluginLog)
 		fmt.Print(string(data))
 	}
 	return rc
@@ -124,148 +120,42 @@ func vmMode() string {
 	return ""
 }
 
-// pluginProc is rdma-netns-nri running as it does on a node, its log
-// appended to pluginLog across restarts.
-type pluginProc struct {
-	cmd  *exec.Cmd
-	done chan struct{}
-}
-
-// startPlugin starts the plugin with the DaemonSet's flags and waits
-// until the runtime has synchronized it.
-func startPlugin() (*pluginProc, error) {
-	before := logLines()
-	f, err := os.OpenFile(pluginLog, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	cmd := exec.Command(pluginBin, "--socket", cririg.NRISocket, "--memlock", "unlimited", "--shm-size", "1Gi", "--log-level", "debug")
-	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	p := &pluginProc{cmd: cmd, done: make(chan struct{})}
-	go func() { cmd.Wait(); close(p.done) }()
-	if err := waitLog(before, "at connection", 30*time.Second); err != nil {
-		p.kill()
-		return nil, err
-	}
-	return p, nil
-}
-
-func (p *pluginProc) kill() {
-	p.cmd.Process.Kill()
-	<-p.done
-}
-
-func (p *pluginProc) stop() {
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(10 * time.Second):
-		p.kill()
-	}
-}
-
-func logLines() int {
-	data, _ := os.ReadFile(pluginLog)
-	return strings.Count(string(data), "\n")
-}
-
-// waitLog waits for a line containing s after the first skip lines.
-func waitLog(skip int, s string, timeout time.Duration) error {
-	return cririg.Wait(timeout, "rdma-netns-nri logs "+strconv.Quote(s), func() (bool, error) {
-		return strings.Contains(logSince(skip), s), nil
-	})
-}
-
-func logSince(skip int) string {
-	data, _ := os.ReadFile(pluginLog)
-	lines := strings.SplitAfter(string(data), "\n")
-	if skip > len(lines) {
-		return ""
-	}
-	return strings.Join(lines[skip:], "")
-}
-
 func ctx(t *testing.T) context.Context {
 	c, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
 	return c
 }
 
-// podOpts are what kubelet would put in the sandbox config besides the
-// rig's defaults.
-type podOpts struct {
-	annotations map[string]string
-	memLimit    int64 // the pod's memory limit (the sum kubelet computes)
-}
+type podOpts = nririg.PodOpts
 
 // runPod is RunPodSandbox with annotations and the pod's resources; it
 // stops and removes the pod when the test ends.
 func runPod(t *testing.T, name, handler string, o podOpts) *cririg.Pod {
 	t.Helper()
-	spec := cririg.PodSpec{Name: name, Namespace: "nri-test", Handler: handler}
-	cfg := cririg.SandboxConfig(spec)
-	cfg.Annotations = o.annotations
-	if o.memLimit > 0 {
-		cfg.Linux.Resources = &runtimeapi.LinuxContainerResources{MemoryLimitInBytes: o.memLimit}
+	p, err := nririg.RunPod(ctx(t), ctd, cririg.PodSpec{Name: name, Namespace: "nri-test", Handler: handler}, o)
+	if p != nil {
+		t.Cleanup(func() {
+			ctd.StopPod(context.Background(), p.ID)
+			ctd.RemovePod(context.Background(), p.ID)
+		})
 	}
-	if err := os.MkdirAll(cfg.LogDirectory, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	resp, err := ctd.Runtime.RunPodSandbox(ctx(t), &runtimeapi.RunPodSandboxRequest{Config: cfg, RuntimeHandler: handler})
 	if err != nil {
-		t.Fatalf("RunPodSandbox %s (handler %q): %v", name, handler, err)
-	}
-	p := &cririg.Pod{ID: resp.PodSandboxId, Spec: spec, Config: cfg}
-	t.Cleanup(func() {
-		ctd.StopPod(context.Background(), p.ID)
-		ctd.RemovePod(context.Background(), p.ID)
-	})
-	if p.Netns, err = ctd.PodNetns(ctx(t), p.ID); err != nil {
 		t.Fatal(err)
 	}
 	return p
 }
 
-// containerConfig is an unprivileged container as a plain pod spec makes
-// it: no device, no capability (all dropped), no volume, not root.
 func containerConfig(name string, devices ...string) *runtimeapi.ContainerConfig {
-	cfg := &runtimeapi.ContainerConfig{
-		Metadata: &runtimeapi.ContainerMetadata{Name: name},
-		Image:    &runtimeapi.ImageSpec{Image: cririg.ToolsImage},
-		Command:  []string{"sleep", "86400"},
-		LogPath:  name + ".log",
-		Linux: &runtimeapi.LinuxContainerConfig{
-			SecurityContext: &runtimeapi.LinuxContainerSecurityContext{
-				Capabilities:     &runtimeapi.Capability{DropCapabilities: []string{"ALL"}},
-				RunAsUser:        &runtimeapi.Int64Value{Value: workloadUID},
-				NoNewPrivs:       true,
-				ReadonlyRootfs:   true,
-				NamespaceOptions: &runtimeapi.NamespaceOption{},
-			},
-		},
-	}
-	for _, d := range devices {
-		cfg.Devices = append(cfg.Devices, &runtimeapi.Device{ContainerPath: d, HostPath: d, Permissions: "rw"})
-	}
-	return cfg
+	return nririg.Unprivileged(name, devices...)
 }
 
-// runContainer is CreateContainer then StartContainer.
 func runContainer(t *testing.T, pod *cririg.Pod, cfg *runtimeapi.ContainerConfig) *cririg.Container {
 	t.Helper()
-	created, err := ctd.Runtime.CreateContainer(ctx(t), &runtimeapi.CreateContainerRequest{PodSandboxId: pod.ID, Config: cfg, SandboxConfig: pod.Config})
+	c, err := nririg.RunContainer(ctx(t), ctd, pod, cfg)
 	if err != nil {
-		t.Fatalf("CreateContainer %s in %s: %v", cfg.Metadata.Name, pod.Spec.Name, err)
+		t.Fatal(err)
 	}
-	if _, err := ctd.Runtime.StartContainer(ctx(t), &runtimeapi.StartContainerRequest{ContainerId: created.ContainerId}); err != nil {
-		t.Fatalf("StartContainer %s in %s: %v", cfg.Metadata.Name, pod.Spec.Name, err)
-	}
-	return &cririg.Container{ID: created.ContainerId, Pod: pod}
+	return c
 }
 
 func sh(t *testing.T, c *cririg.Container, script string) string {
@@ -277,28 +167,14 @@ func sh(t *testing.T, c *cririg.Container, script string) string {
 	return strings.TrimSpace(r.Stdout)
 }
 
-// what is what a container has of the three.
-type what struct {
-	nodes   []string // /dev/infiniband
-	memlock string   // ulimit -l
-	shmKiB  int      // /dev/shm size
-	capEff  string
-}
+type what = nririg.What
 
 func inspect(t *testing.T, c *cririg.Container) what {
 	t.Helper()
-	out := sh(t, c, `echo nodes: $(ls /dev/infiniband 2>/dev/null); ulimit -l; df -k /dev/shm | tail -1; grep CapEff /proc/self/status`)
-	lines := strings.Split(out, "\n")
-	if len(lines) != 4 {
-		t.Fatalf("unexpected output:\n%s", out)
+	w, err := nririg.Inspect(ctx(t), ctd, c)
+	if err != nil {
+		t.Fatal(err)
 	}
-	var w what
-	w.nodes = strings.Fields(strings.TrimPrefix(lines[0], "nodes:"))
-	w.memlock = strings.TrimSpace(lines[1])
-	if f := strings.Fields(lines[2]); len(f) > 1 {
-		w.shmKiB, _ = strconv.Atoi(f[1])
-	}
-	w.capEff = strings.TrimSpace(strings.TrimPrefix(lines[3], "CapEff:"))
 	return w
 }
 
@@ -334,9 +210,9 @@ func wantAdjusted(t *testing.T, c *cririg.Container, shmKiB int) what {
 	t.Helper()
 	w := inspect(t, c)
 	want := nodesOf(t, c.Pod)
-	if !slices.Equal(w.nodes, want) || w.memlock != "unlimited" || w.shmKiB != shmKiB || w.capEff != "0000000000000000" {
+	if !slices.Equal(w.Nodes, want) || w.Memlock != "unlimited" || w.ShmKiB != shmKiB || w.CapEff != "0000000000000000" {
 		t.Fatalf("container of %s: /dev/infiniband %v, ulimit -l %s, /dev/shm %d KiB, CapEff %s; want %v, unlimited, %d KiB, no capability\nplugin log:\n%s",
-			c.Pod.Spec.Name, w.nodes, w.memlock, w.shmKiB, w.capEff, want, shmKiB, logSince(0))
+			c.Pod.Spec.Name, w.Nodes, w.Memlock, w.ShmKiB, w.CapEff, want, shmKiB, nririg.LogSince(0))
 	}
 	return w
 }
@@ -345,8 +221,8 @@ func wantAdjusted(t *testing.T, c *cririg.Container, shmKiB int) what {
 func wantUntouched(t *testing.T, c *cririg.Container) {
 	t.Helper()
 	w := inspect(t, c)
-	if len(w.nodes) != 0 || w.memlock == "unlimited" || w.shmKiB != 64<<10 {
-		t.Fatalf("container of %s was adjusted: /dev/infiniband %v, ulimit -l %s, /dev/shm %d KiB", c.Pod.Spec.Name, w.nodes, w.memlock, w.shmKiB)
+	if len(w.Nodes) != 0 || w.Memlock == "unlimited" || w.ShmKiB != 64<<10 {
+		t.Fatalf("container of %s was adjusted: /dev/infiniband %v, ulimit -l %s, /dev/shm %d KiB", c.Pod.Spec.Name, w.Nodes, w.Memlock, w.ShmKiB)
 	}
 }
 
@@ -400,10 +276,10 @@ func TestUnprivilegedPods(t *testing.T) {
 	var nodes int
 	for _, c := range []*cririg.Container{aw, as, bw} {
 		w := wantAdjusted(t, c, 1<<20)
-		nodes = len(w.nodes)
+		nodes = len(w.Nodes)
 	}
 	all, _ := filepath.Glob("/dev/infiniband/uverbs*")
-	t.Logf("each container sees %d of the node's %d uverbs nodes plus rdma_cm: %v", nodes-1, len(all), inspect(t, aw).nodes)
+	t.Logf("each container sees %d of the node's %d uverbs nodes plus rdma_cm: %v", nodes-1, len(all), inspect(t, aw).Nodes)
 
 	// More than 64 MiB fits, and the sidecar sees what the worker wrote.
 	sh(t, aw, "dd if=/dev/zero of=/dev/shm/nccl-seg bs=1M count=100 2>/dev/null")
@@ -442,7 +318,7 @@ func TestPolicy(t *testing.T) {
 	}
 	wantUntouched(t, runContainer(t, plain, containerConfig("web")))
 
-	out := runPod(t, "nri-skip", "rdma-eth1", podOpts{annotations: map[string]string{"rdma-netns.io/nri": "skip"}})
+	out := runPod(t, "nri-skip", "rdma-eth1", podOpts{Annotations: map[string]string{"rdma-netns.io/nri": "skip"}})
 	oc := runContainer(t, out, containerConfig("worker"))
 	wantUntouched(t, oc)
 	findings, code := doctor(t, oc)
@@ -456,10 +332,10 @@ func TestPolicy(t *testing.T) {
 		t.Fatalf("doctor for the opted-out pod: exit %d, nri finding %q", code, lacks)
 	}
 
-	capped := runPod(t, "nri-capped", "rdma-eth2", podOpts{annotations: map[string]string{"rdma-netns.io/shm-size": "512Mi"}, memLimit: 256 << 20})
+	capped := runPod(t, "nri-capped", "rdma-eth2", podOpts{Annotations: map[string]string{"rdma-netns.io/shm-size": "512Mi"}, MemLimit: 256 << 20})
 	wantAdjusted(t, runContainer(t, capped, containerConfig("worker")), 256<<10)
 
-	kept := runPod(t, "nri-kept", "", podOpts{annotations: map[string]string{"rdma-netns.io/shm-size": "keep"}})
+	kept := runPod(t, "nri-kept", "", podOpts{Annotations: map[string]string{"rdma-netns.io/shm-size": "keep"}})
 	wantAdjusted(t, runContainer(t, kept, containerConfig("worker")), 64<<10)
 }
 
@@ -487,35 +363,35 @@ func TestRestarts(t *testing.T) {
 	first := runContainer(t, pod, containerConfig("first"))
 	wantAdjusted(t, first, 1<<20)
 
-	plugin.kill()
+	plugin.Kill()
 	wantAdjusted(t, first, 1<<20)
 	bare := runContainer(t, pod, containerConfig("while-down"))
 	w := inspect(t, bare)
-	if len(w.nodes) != 0 || w.memlock == "unlimited" {
-		t.Fatalf("a container created without the plugin got %v, memlock %s", w.nodes, w.memlock)
+	if len(w.Nodes) != 0 || w.Memlock == "unlimited" {
+		t.Fatalf("a container created without the plugin got %v, memlock %s", w.Nodes, w.Memlock)
 	}
-	if w.shmKiB != 1<<20 {
-		t.Fatalf("/dev/shm of the pod is %d KiB in a later container, want the pod's 1 GiB: it is the pod's", w.shmKiB)
+	if w.ShmKiB != 1<<20 {
+		t.Fatalf("/dev/shm of the pod is %d KiB in a later container, want the pod's 1 GiB: it is the pod's", w.ShmKiB)
 	}
 
-	before := logLines()
+	before := nririg.LogLines()
 	var err error
-	if plugin, err = startPlugin(); err != nil {
+	if plugin, err = nririg.StartPlugin(); err != nil {
 		t.Fatal(err)
 	}
-	if l := logSince(before); !strings.Contains(l, "nri-test/nri-restart/first") || !strings.Contains(l, "nri-test/nri-restart/while-down") {
+	if l := nririg.LogSince(before); !strings.Contains(l, "nri-test/nri-restart/first") || !strings.Contains(l, "nri-test/nri-restart/while-down") {
 		t.Fatalf("the restarted plugin did not report the running containers:\n%s", l)
 	}
 	wantAdjusted(t, runContainer(t, pod, containerConfig("after-plugin-restart")), 1<<20)
 
-	before = logLines()
+	before = nririg.LogLines()
 	if ctd, err = ctd.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	if err := waitLog(before, "at connection", 30*time.Second); err != nil {
-		t.Fatalf("%v:\n%s", err, logSince(before))
+	if err := nririg.WaitLog(before, "at connection", 30*time.Second); err != nil {
+		t.Fatalf("%v:\n%s", err, nririg.LogSince(before))
 	}
-	t.Logf("after containerd's restart the plugin reconnected:\n%s", logSince(before))
+	t.Logf("after containerd's restart the plugin reconnected:\n%s", nririg.LogSince(before))
 	wantAdjusted(t, first, 1<<20)
 	wantAdjusted(t, runContainer(t, pod, containerConfig("after-runtime-restart")), 1<<20)
 }
