@@ -266,7 +266,8 @@ func doctor(t *testing.T, c *cririg.Container) (findings []struct{ Severity, Che
 // other, has unlimited memlock and a 1 GiB /dev/shm that the pod's
 // containers share; the doctor finds nothing missing; and two such pods
 // exchange ibv_rc_pingpong and ib_write_bw traffic (seed-000's workload,
-// which failed with "Couldn't register MR" without memlock).
+// which failed with "Couldn't register MR" without memlock). A container
+// handed every uverbs node by hand still opens only its pod's.
 func TestUnprivilegedPods(t *testing.T) {
 	a := runPod(t, "nri-a", "rdma-eth1", podOpts{})
 	b := runPod(t, "nri-b", "rdma-eth2", podOpts{})
@@ -306,22 +307,68 @@ func TestUnprivilegedPods(t *testing.T) {
 	t.Logf("ibv_rc_pingpong between unprivileged containers: %d bytes, %d iters, %.2f usec/iter", pp.Bytes, pp.Iters, pp.UsecPerIter)
 	wb := writeBW(t, aw, bw, na, nb, 65536, 100)
 	t.Logf("ib_write_bw between unprivileged containers: %d iters of %d bytes, average %.2f MB/s", wb.Iters, wb.Bytes, wb.AverageMBps)
+
+	// Isolation: exclusive mode, not the device cgroup, keeps pods apart.
+	// A container handed every uverbs node of the node by hand opens only
+	// its own pod's.
+	greedy := runContainer(t, a, containerConfig("greedy", all...))
+	out := sh(t, greedy, `for f in /dev/infiniband/uverbs*; do if (exec 3<>"$f") 2>/dev/null; then echo "$f"; fi; done`)
+	own := nodesOf(t, a)
+	if len(strings.Fields(out)) != 1 || filepath.Base(out) != own[len(own)-1] {
+		t.Fatalf("of %d uverbs nodes the container opened %q; want only its pod's %v", len(all), out, own)
+	}
+	t.Logf("handed all %d uverbs nodes, a container opened only %s", len(all), out)
 }
 
 // A pod without an RDMA device and a pod that opts out get none of it,
 // and the doctor says what the opted-out one lacks; the pod annotation
 // sizes /dev/shm, capped at the pod's memory limit, or keeps 64 MiB.
 func TestPolicy(t *testing.T) {
-	plain := runPod(t, "nri-plain", plainHandler, podOpts{})
-	if devs, err := rig.RDMAIn(plain.Netns); err != nil || len(devs) != 0 {
+	// The four pods start together (each on its own network).
+	specs := []struct {
+		name, handler string
+		o             podOpts
+	}{
+		{"nri-plain", plainHandler, podOpts{}},
+		{"nri-skip", "rdma-eth1", podOpts{Annotations: map[string]string{"rdma-netns.io/nri": "skip"}}},
+		{"nri-capped", "rdma-eth2", podOpts{Annotations: map[string]string{"rdma-netns.io/shm-size": "512Mi"}, MemLimit: 256 << 20}},
+		{"nri-kept", "", podOpts{Annotations: map[string]string{"rdma-netns.io/shm-size": "keep"}}},
+	}
+	ctrs := make([]*cririg.Container, len(specs))
+	errs := make([]error, len(specs))
+	var wg sync.WaitGroup
+	for i, sp := range specs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var p *cririg.Pod
+			p, errs[i] = nririg.RunPod(context.Background(), ctd, cririg.PodSpec{Name: sp.name, Namespace: "nri-test", Handler: sp.handler}, sp.o)
+			if p == nil {
+				return
+			}
+			t.Cleanup(func() {
+				ctd.StopPod(context.Background(), p.ID)
+				ctd.RemovePod(context.Background(), p.ID)
+			})
+			if errs[i] == nil {
+				ctrs[i], errs[i] = nririg.RunContainer(context.Background(), ctd, p, containerConfig("worker"))
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	plain, skipped, capped, kept := ctrs[0], ctrs[1], ctrs[2], ctrs[3]
+
+	if devs, err := rig.RDMAIn(plain.Pod.Netns); err != nil || len(devs) != 0 {
 		t.Fatalf("the plain pod holds %v (%v)", devs, err)
 	}
-	wantUntouched(t, runContainer(t, plain, containerConfig("web")))
-
-	out := runPod(t, "nri-skip", "rdma-eth1", podOpts{Annotations: map[string]string{"rdma-netns.io/nri": "skip"}})
-	oc := runContainer(t, out, containerConfig("worker"))
-	wantUntouched(t, oc)
-	findings, code := doctor(t, oc)
+	wantUntouched(t, plain)
+	wantUntouched(t, skipped)
+	findings, code := doctor(t, skipped)
 	lacks := ""
 	for _, f := range findings {
 		if f.Check == "nri" {
@@ -331,26 +378,8 @@ func TestPolicy(t *testing.T) {
 	if code != 1 || !strings.Contains(lacks, "lacks 3 of the 3") || !strings.Contains(lacks, "rdma-netns-nri") {
 		t.Fatalf("doctor for the opted-out pod: exit %d, nri finding %q", code, lacks)
 	}
-
-	capped := runPod(t, "nri-capped", "rdma-eth2", podOpts{Annotations: map[string]string{"rdma-netns.io/shm-size": "512Mi"}, MemLimit: 256 << 20})
-	wantAdjusted(t, runContainer(t, capped, containerConfig("worker")), 256<<10)
-
-	kept := runPod(t, "nri-kept", "", podOpts{Annotations: map[string]string{"rdma-netns.io/shm-size": "keep"}})
-	wantAdjusted(t, runContainer(t, kept, containerConfig("worker")), 64<<10)
-}
-
-// Exclusive mode, not the device cgroup, keeps pods apart: a container
-// handed every uverbs node of the node by hand opens only its own pod's.
-func TestIsolation(t *testing.T) {
-	pod := runPod(t, "nri-iso", "rdma-eth1", podOpts{})
-	all, _ := filepath.Glob("/dev/infiniband/uverbs*")
-	c := runContainer(t, pod, containerConfig("greedy", all...))
-	out := sh(t, c, `for f in /dev/infiniband/uverbs*; do if (exec 3<>"$f") 2>/dev/null; then echo "$f"; fi; done`)
-	own := nodesOf(t, pod)
-	if strings.Fields(out) == nil || len(strings.Fields(out)) != 1 || filepath.Base(out) != own[len(own)-1] {
-		t.Fatalf("of %d uverbs nodes the container opened %q; want only its pod's %v", len(all), out, own)
-	}
-	t.Logf("handed all %d uverbs nodes, the container opened only %s", len(all), out)
+	wantAdjusted(t, capped, 256<<10)
+	wantAdjusted(t, kept, 64<<10)
 }
 
 // The plugin killed while pods run: their containers keep what they got;
