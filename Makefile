@@ -92,15 +92,19 @@ bench-nri: payload
 	@rc=$$(cat $(OUT)/bench-nri.rc); rm -f $(OUT)/bench-nri.rc; [ "$$rc" != 0 ] || echo "NRI bench table: $(OUT)/bench-nri.txt"; exit $$rc
 
 ## stress: fuzz the parsers on the host, then seeded random ADD/DEL rounds,
-## racing ADDs, injected faults and bad input in the test VM. Reproduce a
-## run with STRESS_FLAGS="-seed N".
+## racing ADDs, injected faults and bad input in the test VM, then
+## containerd SIGKILLed in the middle of RunPodSandbox CRI_STRESS_ROUNDS
+## times (e2e/cri). Reproduce a run with STRESS_FLAGS="-seed N" or
+## CRI_STRESS_FLAGS="-seed N".
 STRESS_ROUNDS ?= 200
 STRESS_FLAGS ?=
+CRI_STRESS_ROUNDS ?= 30
+CRI_STRESS_FLAGS ?=
 STRESS_SHORT_FLAGS ?= -rounds 40 -races 6 -kills 12 -reboots 2
 stress: fuzz stress-vm
 
 stress-vm: payload
-	$(VM_RUN) --nics 10 --payload $(PAYLOAD) -- rdma-netns-stress -rounds $(STRESS_ROUNDS) $(STRESS_FLAGS)
+	$(VM_RUN) --nics 10 --payload $(PAYLOAD) -- 'rdma-netns-stress -rounds $(STRESS_ROUNDS) $(STRESS_FLAGS) && rdma-netns-cri stress -rounds $(CRI_STRESS_ROUNDS) $(CRI_STRESS_FLAGS)'
 
 ## stress-short: the short stress run `make test` includes (no fuzzing).
 stress-short: payload

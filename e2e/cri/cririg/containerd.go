@@ -249,9 +249,15 @@ func (c *Containerd) Kill() error {
 }
 
 func (c *Containerd) signal(sig syscall.Signal, timeout time.Duration) error {
-	if c.conn != nil {
-		c.conn.Close()
-	}
+	// The client connection closes only once containerd is gone: closing
+	// it first cancels the requests in flight, and containerd would kill
+	// the CNI plugins of a RunPodSandbox it was running before the signal
+	// arrives, which is another scenario than a crash.
+	defer func() {
+		if c.conn != nil {
+			c.conn.Close()
+		}
+	}()
 	_ = c.cmd.Process.Signal(sig)
 	defer c.log.Close()
 	select {

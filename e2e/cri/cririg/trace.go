@@ -22,6 +22,9 @@ const (
 # cririg's CNI trace: log the call, optionally hold it, run the real plugin
 # (stdin, stdout and stderr are containerd's), log how it exited.
 p=${0##*/}
+for s in HUP INT PIPE TERM USR1 USR2 ALRM; do
+  trap "echo \"\$p \$CNI_COMMAND-EXIT ${CNI_CONTAINERID:--} sig=$s\" >> %[1]s; exit 1" $s
+done
 echo "$p $CNI_COMMAND ${CNI_CONTAINERID:--} ${CNI_NETNS:--} ${CNI_IFNAME:--} ${CNI_ARGS:--}" >> %[1]s
 if [ -e "%[2]s.$p.$CNI_COMMAND" ]; then
   echo "$CNI_CONTAINERID" > "%[3]s.$p.$CNI_COMMAND"

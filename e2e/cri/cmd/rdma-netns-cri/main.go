@@ -1,4 +1,9 @@
-// Command rdma-netns-cri drives containerd over CRI in the test VM.
+// Command rdma-netns-cri runs rdma-netns under containerd, driven over CRI
+// as kubelet would, in the test VM (e2e/cri/cririg):
+//
+//	rdma-netns-cri demo                 `make demo`: two pods, their containers, RDMA traffic, devices back
+//	rdma-netns-cri bench [-rounds N]    `make bench`: pod start and stop with and without rdma-netns
+//	rdma-netns-cri stress [-rounds N]   `make stress`: containerd SIGKILLed in the middle of RunPodSandbox
 package main
 
 import (
@@ -7,6 +12,27 @@ import (
 )
 
 func main() {
-	fmt.Fprintln(os.Stderr, "usage: rdma-netns-cri demo|bench|stress")
+	if len(os.Args) < 2 {
+		usage()
+	}
+	var err error
+	switch os.Args[1] {
+	case "demo":
+		err = demo(os.Args[2:])
+	case "bench":
+		err = bench(os.Args[2:])
+	case "stress":
+		err = stress(os.Args[2:])
+	default:
+		usage()
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "rdma-netns-cri %s: %v\n", os.Args[1], err)
+		os.Exit(1)
+	}
+}
+
+func usage() {
+	fmt.Fprintln(os.Stderr, "usage: rdma-netns-cri demo|bench|stress [flags]")
 	os.Exit(2)
 }

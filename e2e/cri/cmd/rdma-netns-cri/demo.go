@@ -1,0 +1,3 @@
+package main
+
+func demo(args []string) error { return nil }
