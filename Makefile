@@ -68,17 +68,20 @@ demo: payload
 
 ## bench: cost of ADD/DEL against the kernel's own cost of the move and
 ## against upstream rdma-cni (built from the Go module proxy at
-## UPSTREAM_RDMA_CNI), and scale to 16 NICs, in the test VM; the table
-## lands in $(OUT)/bench.txt. BENCH_BASE=path/to/rdma-netns adds that
+## UPSTREAM_RDMA_CNI), and scale to 16 NICs, then pod start and stop under
+## containerd with and without rdma-netns (e2e/cri, CRI_BENCH_FLAGS), in
+## the test VM; the tables land in $(OUT)/bench.txt. BENCH_BASE=path/to/rdma-netns adds that
 ## build to the anchor rounds, to measure a change against its base.
 BENCH_FLAGS ?=
+CRI_BENCH_FLAGS ?=
 BENCH_BASE ?=
 UPSTREAM_RDMA_CNI ?= v1.6.0
 bench: export PAYLOAD_UPSTREAM = $(UPSTREAM_RDMA_CNI)
 bench: payload
 	@if [ -n "$(BENCH_BASE)" ]; then cp "$(BENCH_BASE)" $(PAYLOAD)/bin/rdma-netns-base; fi
-	@{ $(VM_RUN) --nics 17 --payload $(PAYLOAD) -- rdma-netns-bench $(BENCH_FLAGS); echo $$? > $(OUT)/bench.rc; } | tee $(OUT)/bench.log
+	@{ $(VM_RUN) --nics 17 --payload $(PAYLOAD) -- 'rdma-netns-bench $(BENCH_FLAGS) && rdma-netns-cri bench $(CRI_BENCH_FLAGS)'; echo $$? > $(OUT)/bench.rc; } | tee $(OUT)/bench.log
 	@sed -n '/^=== BENCH TABLE BEGIN ===/,/^=== BENCH TABLE END ===/p' $(OUT)/bench.log | sed '1d;$$d' > $(OUT)/bench.txt
+	@sed -n '/^=== CRI BENCH BEGIN ===/,/^=== CRI BENCH END ===/p' $(OUT)/bench.log | sed '1d;$$d' | sed '1s/^/\n/' >> $(OUT)/bench.txt
 	@rc=$$(cat $(OUT)/bench.rc); rm -f $(OUT)/bench.rc; [ "$$rc" != 0 ] || echo "bench table: $(OUT)/bench.txt"; exit $$rc
 
 ## bench-nri: what rdma-netns-nri adds to CreateContainer+StartContainer
@@ -106,9 +109,11 @@ stress: fuzz stress-vm
 stress-vm: payload
 	$(VM_RUN) --nics 10 --payload $(PAYLOAD) -- 'rdma-netns-stress -rounds $(STRESS_ROUNDS) $(STRESS_FLAGS) && rdma-netns-cri stress -rounds $(CRI_STRESS_ROUNDS) $(CRI_STRESS_FLAGS)'
 
-## stress-short: the short stress run `make test` includes (no fuzzing).
+## stress-short: the short stress run `make test` includes (no fuzzing),
+## with CRI_STRESS_SHORT_ROUNDS kills of containerd.
+CRI_STRESS_SHORT_ROUNDS ?= 3
 stress-short: payload
-	$(VM_RUN) --nics 10 --payload $(PAYLOAD) -- rdma-netns-stress $(STRESS_SHORT_FLAGS) $(STRESS_FLAGS)
+	$(VM_RUN) --nics 10 --payload $(PAYLOAD) -- 'rdma-netns-stress $(STRESS_SHORT_FLAGS) $(STRESS_FLAGS) && rdma-netns-cri stress -rounds $(CRI_STRESS_SHORT_ROUNDS) $(CRI_STRESS_FLAGS)'
 
 ## fuzz: every Go fuzz target under pkg/ and plugin/, one at a time, FUZZTIME each.
 FUZZTIME ?= 10s

@@ -4,6 +4,7 @@ go 1.26.8
 
 require (
 	github.com/containernetworking/cni v1.3.1
+	github.com/pelletier/go-toml/v2 v2.2.4
 	github.com/rdma-netns/rdma-netns v0.0.0
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2

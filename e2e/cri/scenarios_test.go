@@ -191,12 +191,8 @@ func serve(t *testing.T, p tools, argv []string) func() (string, error) {
 		r, err = ctd.Exec(ctx(t), p.ctr, 2*time.Minute, argv...)
 		out = r.Stdout + r.Stderr
 	}()
-	werr := cririg.Wait(30*time.Second, argv[0]+" listening", func() (bool, error) {
-		r, err := ctd.Exec(ctx(t), p.ctr, 10*time.Second, "cat", "/proc/net/tcp", "/proc/net/tcp6")
-		return strings.Contains(r.Stdout, ":4853 00000000:0000 0A") || strings.Contains(r.Stdout, ":4853 00000000000000000000000000000000:0000 0A"), err
-	})
-	if werr != nil {
-		t.Fatal(werr)
+	if err := ctd.WaitListening(ctx(t), p.ctr, 18515, 30*time.Second); err != nil {
+		t.Fatal(err)
 	}
 	return func() (string, error) {
 		wg.Wait()

@@ -7,11 +7,13 @@
 //
 //	if err := cririg.Setup(); err != nil { ... }          // once per boot: guest setup, images
 //	ctd, err := cririg.Start(cririg.Options{})            // containerd with the suite's config
+//	n, err := cririg.NetworkOf("rdma-eth1")               // its NIC, address, RDMA device
 //	defer ctd.Stop()
 //	pod, err := ctd.RunPod(ctx, cririg.PodSpec{Name: "a", Handler: "rdma-eth1"})
-//	ctr, err := ctd.RunContainer(ctx, pod, cririg.ContainerSpec{Name: "tools", Devices: ...})
+//	devs, err := cririg.VerbsDevices(pod.Netns, n.RDMA)   // /dev/infiniband/uverbsN, rdma_cm
+//	ctr, err := ctd.RunContainer(ctx, pod, cririg.ContainerSpec{Name: "tools", Devices: devs, AddCaps: []string{"IPC_LOCK"}})
 //	res, err := ctd.Exec(ctx, ctr, time.Minute, "ibv_devices")
-//	err = ctd.StopPod(ctx, pod); err = ctd.RemovePod(ctx, pod)
+//	err = ctd.StopPod(ctx, pod.ID); err = ctd.RemovePod(ctx, pod.ID)
 //
 // Setup runs scripts/guest/cri-setup.sh (shipped in the payload as
 // /payload/cri-setup.sh): cgroup v2 at /sys/fs/cgroup, /etc/hosts, a tmpfs
