@@ -15,7 +15,7 @@ export CGO_ENABLED = 0
 
 all: build
 
-build: $(OUT)/rdma-netns $(OUT)/rdma-netns-exporter
+build: $(OUT)/rdma-netns $(OUT)/rdma-netns-exporter $(OUT)/rdma-netns-nri
 
 $(OUT)/rdma-netns: FORCE
 	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $@ .
@@ -24,6 +24,11 @@ $(OUT)/rdma-netns: FORCE
 # binary, which every pod start executes.
 $(OUT)/rdma-netns-exporter: FORCE
 	$(GO) build -trimpath -o $@ ./cmd/rdma-netns-exporter
+
+# The NRI plugin too: the NRI stub, ttrpc and protobuf stay out of the CNI
+# binary (main_test.go checks what it links).
+$(OUT)/rdma-netns-nri: FORCE
+	$(GO) build -trimpath -o $@ ./cmd/rdma-netns-nri
 
 FORCE:
 
@@ -51,9 +56,10 @@ vm-prepare:
 	scripts/vm-prepare.sh
 
 ## e2e: one VM boot in exclusive mode for the suite, the Multus tests
-## (e2e/multus) and the CRI tests (e2e/cri: containerd), one in shared mode.
+## (e2e/multus), the CRI tests (e2e/cri: containerd) and the NRI plugin's
+## (e2e/cri/nri), one in shared mode.
 e2e: payload
-	$(VM_RUN) --payload $(PAYLOAD) -- 'rc=0; e2e.test $(E2E_FLAGS) || rc=1; multus.test $(E2E_FLAGS) || rc=1; cri.test $(E2E_FLAGS) || rc=1; exit $$rc'
+	$(VM_RUN) --payload $(PAYLOAD) -- 'rc=0; e2e.test $(E2E_FLAGS) || rc=1; multus.test $(E2E_FLAGS) || rc=1; cri.test $(E2E_FLAGS) || rc=1; nri.test $(E2E_FLAGS) || rc=1; exit $$rc'
 	$(VM_RUN) --netns-mode shared --nics 4 --payload $(PAYLOAD) -- 'rc=0; e2e.test $(E2E_FLAGS) -test.run TestSharedMode || rc=1; cri.test $(E2E_FLAGS) -test.run TestSharedMode || rc=1; exit $$rc'
 
 ## demo: the seed story in the test VM: a pod gets its NIC and RDMA device.
@@ -77,6 +83,16 @@ bench: payload
 	@sed -n '/^=== BENCH TABLE BEGIN ===/,/^=== BENCH TABLE END ===/p' $(OUT)/bench.log | sed '1d;$$d' > $(OUT)/bench.txt
 	@sed -n '/^=== CRI BENCH BEGIN ===/,/^=== CRI BENCH END ===/p' $(OUT)/bench.log | sed '1d;$$d' | sed '1s/^/\n/' >> $(OUT)/bench.txt
 	@rc=$$(cat $(OUT)/bench.rc); rm -f $(OUT)/bench.rc; [ "$$rc" != 0 ] || echo "bench table: $(OUT)/bench.txt"; exit $$rc
+
+## bench-nri: what rdma-netns-nri adds to CreateContainer+StartContainer
+## under containerd, in alternating blocks with and without it (make bench
+## runs it too); the table lands in $(OUT)/bench-nri.txt.
+NRI_BENCH_FLAGS ?=
+bench: bench-nri
+bench-nri: payload
+	@{ $(VM_RUN) --payload $(PAYLOAD) -- nri.test -test.run TestBenchCreateContainer -nri.bench $(NRI_BENCH_FLAGS); echo $$? > $(OUT)/bench-nri.rc; } | tee $(OUT)/bench-nri.log
+	@sed -n '/^=== NRI BENCH BEGIN ===/,/^=== NRI BENCH END ===/p' $(OUT)/bench-nri.log | sed '1d;$$d' > $(OUT)/bench-nri.txt
+	@rc=$$(cat $(OUT)/bench-nri.rc); rm -f $(OUT)/bench-nri.rc; [ "$$rc" != 0 ] || echo "NRI bench table: $(OUT)/bench-nri.txt"; exit $$rc
 
 ## stress: fuzz the parsers on the host, then seeded random ADD/DEL rounds,
 ## racing ADDs, injected faults and bad input in the test VM, then
@@ -109,7 +125,7 @@ fuzz:
 	  done; \
 	done
 
-.PHONY: bench stress stress-vm stress-short fuzz
+.PHONY: bench bench-nri stress stress-vm stress-short fuzz
 
 ## image: the DaemonSet's image without Docker: the static binaries of
 ## IMAGE_BINS (NAME=PACKAGE) on scratch at /NAME, for every platform in
@@ -118,7 +134,7 @@ fuzz:
 ## `make image IMAGE=registry.example/rdma-netns:v1 push` pushes it.
 IMAGE        ?= rdma-netns:$(VERSION)
 PLATFORMS    ?= linux/amd64,linux/arm64
-IMAGE_BINS   := rdma-netns=. rdma-netns-exporter=./cmd/rdma-netns-exporter
+IMAGE_BINS   := rdma-netns=. rdma-netns-exporter=./cmd/rdma-netns-exporter rdma-netns-nri=./cmd/rdma-netns-nri
 IMAGE_LAYOUT ?= $(OUT)/image
 IMAGE_TOOL   := $(GO) -C build/image run .
 comma := ,

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/rdma-netns/rdma-netns/pkg/install"
+	"github.com/rdma-netns/rdma-netns/pkg/nriplugin"
 )
 
 // imageBinaries are the files make image puts in the image, at /NAME: the
@@ -215,6 +217,126 @@ func TestInstallerRejects(t *testing.T) {
 			}
 			if err != nil {
 				t.Logf("rejected: %v", err)
+			}
+		})
+	}
+}
+
+// checkNRI checks the NRI plugin's container against the plugin's own flags
+// and what it needs: the NRI socket's directory, the pod network
+// namespaces read-only and the sandboxes' /dev/shm mounts, both with
+// HostToContainer propagation (pods start after it), SYS_ADMIN and
+// nothing else.
+func checkNRI(spec corev1.PodSpec) error {
+	var c *corev1.Container
+	for i := range spec.Containers {
+		if len(spec.Containers[i].Command) > 0 && spec.Containers[i].Command[0] == "/rdma-netns-nri" {
+			c = &spec.Containers[i]
+		}
+	}
+	if c == nil {
+		return errors.New("no container runs /rdma-netns-nri")
+	}
+	var o nriplugin.Options
+	fl := nriplugin.FlagSet(&o)
+	fl.SetOutput(io.Discard)
+	if err := fl.Parse(c.Command[1:]); err != nil {
+		return fmt.Errorf("rdma-netns-nri %q: %w", c.Command[1:], err)
+	}
+	if fl.NArg() > 0 {
+		return fmt.Errorf("rdma-netns-nri takes no argument %q", fl.Arg(0))
+	}
+	if _, err := o.Policy(); err != nil {
+		return err
+	}
+	volumes := map[string]corev1.Volume{}
+	for _, v := range spec.Volumes {
+		volumes[v.Name] = v
+	}
+	mounts := map[string]corev1.VolumeMount{}
+	for _, m := range c.VolumeMounts {
+		if v := volumes[m.Name]; v.HostPath == nil {
+			return fmt.Errorf("mount %s is not a hostPath: the plugin only needs the host's", m.MountPath)
+		}
+		mounts[m.MountPath] = m
+	}
+	need := func(path, why string, readOnly, propagate bool) error {
+		m, ok := mounts[path]
+		switch {
+		case !ok:
+			return fmt.Errorf("%s is not mounted: %s", path, why)
+		case m.ReadOnly != readOnly:
+			return fmt.Errorf("%s: readOnly %v, want %v (%s)", path, m.ReadOnly, readOnly, why)
+		case propagate && (m.MountPropagation == nil || *m.MountPropagation != corev1.MountPropagationHostToContainer):
+			return fmt.Errorf("%s needs mountPropagation HostToContainer: %s, also for pods created after the plugin started", path, why)
+		}
+		delete(mounts, path)
+		return nil
+	}
+	if err := need(filepath.Dir(o.Socket), "the plugin connects to the runtime's NRI socket "+o.Socket, false, false); err != nil {
+		return err
+	}
+	if err := need("/var/run/netns", "the runtime names pod network namespaces there", true, true); err != nil {
+		return err
+	}
+	if err := need("/run/containerd/io.containerd.grpc.v1.cri/sandboxes", "containerd keeps each pod's /dev/shm tmpfs there and the plugin remounts it", false, true); err != nil {
+		return err
+	}
+	for p := range mounts {
+		return fmt.Errorf("mount %s: the plugin does not need it", p)
+	}
+	sc := c.SecurityContext
+	switch {
+	case sc == nil || sc.Privileged != nil && *sc.Privileged:
+		return errors.New("must not be privileged")
+	case sc.Capabilities == nil || !slices.Contains(sc.Capabilities.Drop, "ALL") || !slices.Equal(sc.Capabilities.Add, []corev1.Capability{"SYS_ADMIN"}):
+		return errors.New("must drop ALL capabilities and add only SYS_ADMIN (setns into pod netns, the /dev/shm remount)")
+	case sc.AppArmorProfile == nil || sc.AppArmorProfile.Type != corev1.AppArmorProfileTypeUnconfined:
+		return errors.New("needs appArmorProfile Unconfined: the runtimes' default profiles deny the /dev/shm remount")
+	}
+	return nil
+}
+
+func TestNRIContainer(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		edit func(*corev1.Container, *corev1.PodSpec)
+		want string
+	}{
+		{"valid baseline", func(*corev1.Container, *corev1.PodSpec) {}, ""},
+		{"unknown flag", func(c *corev1.Container, _ *corev1.PodSpec) { c.Command = append(c.Command, "--shm", "1Gi") }, "flag provided but not defined: -shm"},
+		{"bad size", func(c *corev1.Container, _ *corev1.PodSpec) {
+			c.Command = []string{"/rdma-netns-nri", "--shm-size", "1GB"}
+		}, "--shm-size"},
+		{"socket elsewhere", func(c *corev1.Container, _ *corev1.PodSpec) {
+			c.Command = []string{"/rdma-netns-nri", "--socket", "/run/nri/nri.sock"}
+		}, "/run/nri is not mounted"},
+		{"netns without propagation", func(c *corev1.Container, _ *corev1.PodSpec) { c.VolumeMounts[1].MountPropagation = nil }, "HostToContainer"},
+		{"sandboxes read-only", func(c *corev1.Container, _ *corev1.PodSpec) { c.VolumeMounts[2].ReadOnly = true }, "readOnly true, want false"},
+		{"more than it needs", func(c *corev1.Container, _ *corev1.PodSpec) {
+			c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "state", MountPath: "/var/lib/cni/rdma-netns"})
+		}, "does not need it"},
+		{"privileged", func(c *corev1.Container, _ *corev1.PodSpec) { p := true; c.SecurityContext.Privileged = &p }, "privileged"},
+		{"another capability", func(c *corev1.Container, _ *corev1.PodSpec) {
+			c.SecurityContext.Capabilities.Add = append(c.SecurityContext.Capabilities.Add, "SYS_PTRACE")
+		}, "only SYS_ADMIN"},
+		{"no nri container", func(c *corev1.Container, _ *corev1.PodSpec) { c.Command = []string{"/rdma-netns-exporter"} }, "no container runs"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			spec := loadDaemonSet(t).Spec.Template.Spec
+			for i := range spec.Containers {
+				if spec.Containers[i].Name == "nri" {
+					tc.edit(&spec.Containers[i], &spec)
+				}
+			}
+			err := checkNRI(spec)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("daemonset.yaml rejected: %v", err)
+			case tc.want != "" && err == nil:
+				t.Fatalf("accepted, want an error containing %q", tc.want)
+			case tc.want != "" && !strings.Contains(err.Error(), tc.want):
+				t.Fatalf("error %q does not contain %q", err, tc.want)
 			}
 		})
 	}

@@ -350,6 +350,9 @@ func TestManifests(t *testing.T) {
 					t.Errorf("%s: %v", o.where, err)
 				}
 				podNetworks[o.where] = nets
+				if err := checkPodAnnotations(obj); err != nil {
+					t.Errorf("%s: %v", o.where, err)
+				}
 				for _, n := range selectedWithDeviceID(obj) {
 					selectedByID[n] = true
 				}
@@ -414,7 +417,10 @@ func checkDaemonSet(ds *appsv1.DaemonSet) error {
 	if err != nil {
 		return err
 	}
-	return checkInstaller(ds.Spec.Template.Spec, bins)
+	if err := checkInstaller(ds.Spec.Template.Spec, bins); err != nil {
+		return err
+	}
+	return checkNRI(ds.Spec.Template.Spec)
 }
 
 // checkServiceTargets: a Service of conf/ selects the pods of a DaemonSet

@@ -46,6 +46,8 @@ GOBIN="$out/bin" go install -trimpath -ldflags '-s -w' -tags "no_btrfs no_devmap
   "github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2@$CONTAINERD_VERSION" \
   "github.com/containerd/containerd/v2/cmd/ctr@$CONTAINERD_VERSION"
 (cd e2e/cri && go test -c -tags e2e -ldflags '-s -w' -o "$out/bin/cri.test" . &&
+  go test -c -tags e2e -ldflags '-s -w' -o "$out/bin/nri.test" ./nri &&
+  go build -trimpath -ldflags '-s -w' -o "$out/bin/rdma-netns-nri-demo" ./cmd/rdma-netns-nri-demo &&
   go build -trimpath -ldflags '-s -w' -o "$out/bin/rdma-netns-pause" ./cmd/pause &&
   go build -trimpath -ldflags '-s -w' -o "$out/bin/rdma-netns-cri" ./cmd/rdma-netns-cri)
 rm -rf "$out/containerd"
@@ -55,6 +57,8 @@ go build -trimpath -o "$out/bin/rdma-netns-bench" ./e2e/bench
 go build -trimpath -o "$out/bin/rdma-netns-stress" ./e2e/stress
 log "exporter"
 go build -trimpath -o "$out/bin/rdma-netns-exporter" ./cmd/rdma-netns-exporter
+log "NRI plugin"
+go build -trimpath -o "$out/bin/rdma-netns-nri" ./cmd/rdma-netns-nri
 go build -trimpath -o "$out/bin/rdma-netns-floor" ./e2e/bench/floor
 # The plugin rdma-netns replaces, as `make bench`'s anchor: upstream
 # rdma-cni built from the Go module proxy in its own module (its go.mod and

@@ -35,7 +35,9 @@ With --netns or --pid: pod checks. The RDMA devices in that network
 namespace with their ports, netdevs and GIDs; for each process in it (or
 just PID): the memlock limit and CAP_IPC_LOCK (RDMA memory registration),
 the size of its /dev/shm (NCCL, PyTorch) and the /dev/infiniband nodes it
-can open.
+can open against those its pod's devices need (the uverbs node the kernel
+names for each, and rdma_cm): the three rdma-netns-nri gives a container,
+with it or the pod setting as the fix of each.
 
 Each finding is OK, WARN or FAIL with a reason and a fix. Exit status: 1 if
 anything FAILs, 0 otherwise (warnings alone exit 0), 2 on a usage error.

@@ -14,6 +14,9 @@ type Kernel interface {
 	// DevicesIn lists the RDMA devices of the netns at nsPath, "" for the
 	// doctor's own.
 	DevicesIn(nsPath string) ([]string, error)
+	// VerbsNodesIn names, from inside the netns at nsPath, the uverbs
+	// node of each of its RDMA devices, and rdma_cm.
+	VerbsNodesIn(nsPath string) (*rdmans.VerbsNodes, error)
 }
 
 type netlinkKernel struct{ rdmans.Netlink }

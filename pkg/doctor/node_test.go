@@ -20,6 +20,31 @@ type fakeKernel struct {
 	mode    string
 	modeErr error
 	in      map[string][]string
+	// uverbs numbers each device's uverbs node; verbsErr fails the
+	// question (a kernel without RDMA_NLDEV_CMD_GET_CHARDEV).
+	uverbs   map[string]uint32
+	verbsErr error
+}
+
+// VerbsNodesIn answers for the devices DevicesIn lists, as the kernel
+// would from inside that netns.
+func (k *fakeKernel) VerbsNodesIn(nsPath string) (*rdmans.VerbsNodes, error) {
+	if k.verbsErr != nil {
+		return nil, k.verbsErr
+	}
+	names, err := k.DevicesIn(nsPath)
+	if err != nil {
+		return nil, err
+	}
+	v := &rdmans.VerbsNodes{RdmaCM: &rdmans.CharDev{Name: "rdma_cm", Major: 10, Minor: 122}}
+	for _, n := range names {
+		node := rdmans.VerbsNode{Device: n}
+		if i, ok := k.uverbs[n]; ok {
+			node.Uverbs = &rdmans.CharDev{Name: fmt.Sprintf("uverbs%d", i), Major: 231, Minor: 192 + i}
+		}
+		v.Devices = append(v.Devices, node)
+	}
+	return v, nil
 }
 
 func (k *fakeKernel) NetnsMode() (string, error) { return k.mode, k.modeErr }
@@ -119,7 +144,7 @@ func newNodeFixture(t *testing.T) *nodeFixture {
 
 	f.kernel = &fakeKernel{mode: rdmans.ModeExclusive, in: map[string][]string{
 		"": {"mlx5_0"}, podA: {"mlx5_1"}, podB: {"mlx5_2"},
-	}}
+	}, uverbs: map[string]uint32{"mlx5_0": 0, "mlx5_1": 1, "mlx5_2": 2, "mlx5_9": 9}}
 	stateDir := filepath.Join(t.TempDir(), "state")
 	st, err := state.New(stateDir)
 	if err != nil {

@@ -12,25 +12,34 @@ import (
 
 // PodView is one pod's network namespace as the doctor saw it.
 type PodView struct {
-	Netns     string    `json:"netns"`
-	Inode     uint64    `json:"inode"`
-	NetnsMode string    `json:"netnsMode"`
-	Devices   []Device  `json:"devices"`
-	Processes []Process `json:"processes"`
+	Netns     string   `json:"netns"`
+	Inode     uint64   `json:"inode"`
+	NetnsMode string   `json:"netnsMode"`
+	Devices   []Device `json:"devices"`
+	// VerbsNodes are the /dev/infiniband nodes a verbs application of the
+	// pod opens: the uverbs node of each of its devices, and rdma_cm.
+	VerbsNodes []string  `json:"verbsNodes"`
+	Processes  []Process `json:"processes"`
 }
 
+// The fixes of the pod checks. With NRI (containerd >= 1.7, on by default
+// in 2.x; CRI-O with enable_nri) rdma-netns-nri gives every container of
+// a pod holding RDMA devices all three when the container is created;
+// without it, the pod spec asks for each (conf/pod-nccl-by-hand.yaml).
 const (
-	memlockRemedy = "give the container the IPC_LOCK capability (securityContext.capabilities.add: [\"IPC_LOCK\"]), " +
+	nriFix        = "run rdma-netns-nri on the node (conf/daemonset.yaml, container nri) and recreate the pod: NRI changes containers only when they are created"
+	memlockRemedy = nriFix + " (it sets memlock unlimited); or by hand: give the container the IPC_LOCK capability (securityContext.capabilities.add: [\"IPC_LOCK\"]), " +
 		"or raise its memlock limit: set the runtime's default ulimits (containerd: LimitMEMLOCK=infinity in its systemd unit; CRI-O: default_ulimits = [\"memlock=-1:-1\"]; docker: --ulimit memlock=-1)"
-	shmRemedy = "mount a memory-backed emptyDir on /dev/shm (volumes: emptyDir: {medium: Memory, sizeLimit: 16Gi}), or docker --shm-size=16g; " +
+	shmRemedy = nriFix + " (it grows the pod's /dev/shm, rdma-netns.io/shm-size: 16Gi to choose); or by hand: mount a memory-backed emptyDir on /dev/shm (volumes: emptyDir: {medium: Memory, sizeLimit: 16Gi}), or docker --shm-size=16g; " +
 		"NCCL_SHM_DISABLE=1 avoids /dev/shm for NCCL at some speed cost, as a last resort"
+	charRemedy = nriFix + " (it adds exactly the pod's uverbs nodes and rdma_cm); or by hand: let an RDMA device plugin (k8s-rdma-shared-dev-plugin, sriov-network-device-plugin) inject /dev/infiniband for the pod's resource, or run the container privileged"
 )
 
 // Pod runs the pod checks for the netns at nsPath; pid, when non-zero,
 // limits the process checks to that process.
 func Pod(e *Env, nsPath string, pid int) *Report {
 	r := &Report{}
-	p := &PodView{Netns: nsPath, Devices: []Device{}, Processes: []Process{}}
+	p := &PodView{Netns: nsPath, Devices: []Device{}, VerbsNodes: []string{}, Processes: []Process{}}
 	r.Pod = p
 	id, err := e.NetnsOf(nsPath)
 	if err != nil {
@@ -54,6 +63,7 @@ func Pod(e *Env, nsPath string, pid int) *Report {
 
 	if modeErr == nil {
 		podDevices(r, e, p)
+		p.VerbsNodes = verbsNodes(e, p)
 	}
 
 	var pids []int
@@ -124,15 +134,20 @@ func processFindings(r *Report, p *PodView) {
 		r.add(OK, "processes", p.Netns, "no process runs in this netns yet, so limits, /dev/shm and device access were not checked", "")
 		return
 	}
-	want := podCharDevices(p)
+	want := p.VerbsNodes
 	for _, pr := range p.Processes {
 		subj := fmt.Sprintf("pid %d (%s)", pr.PID, pr.Comm)
 		if pr.Ignored {
 			r.add(OK, "process", subj, "the sandbox's pause process; not checked", "")
 			continue
 		}
-		memlockFinding(r, subj, pr)
-		shmFinding(r, subj, pr)
+		var lacks []string
+		if memlockFinding(r, subj, pr) != OK {
+			lacks = append(lacks, "a memlock limit for memory registration")
+		}
+		if shmFinding(r, subj, pr) != OK {
+			lacks = append(lacks, "a /dev/shm of a useful size")
+		}
 		var missing []string
 		for _, w := range want {
 			if !slices.Contains(pr.CharDevices, w) {
@@ -143,11 +158,47 @@ func processFindings(r *Report, p *PodView) {
 		case len(missing) > 0:
 			// Without its uverbs node no verbs application can start.
 			r.add(Fail, "char-devices", subj, fmt.Sprintf("cannot open %s: the container's /dev lacks them, so verbs (ibv_open_device) or rdma_cm fail", strings.Join(missing, " ")),
-				"let the RDMA device plugin (k8s-rdma-shared-dev-plugin, sriov-network-device-plugin) inject /dev/infiniband for the pod's resource, or mount it into the container")
+				charRemedy)
+			lacks = append([]string{"the device nodes " + strings.Join(missing, " ")}, lacks...)
 		case len(want) > 0:
 			r.add(OK, "char-devices", subj, "sees "+strings.Join(want, " ")+" under /dev/infiniband", "")
 		}
+		if len(p.Devices) > 0 && len(lacks) > 0 {
+			// The three come together from the NRI plugin: one missing
+			// alone is a pod setting, all of them the plugin not running.
+			r.add(Warn, "nri", subj, fmt.Sprintf("lacks %d of the 3 things rdma-netns-nri gives each container of a pod holding RDMA devices: %s", len(lacks), strings.Join(lacks, "; ")),
+				nriFix+"; the findings above give the by-hand fix of each")
+		}
 	}
+}
+
+// verbsNodes are the nodes the pod's processes need: the kernel, asked
+// inside the pod's netns, names the uverbs node of each device (sysfs's
+// infiniband_verbs class is not filtered by netns); a kernel too old to
+// answer leaves the uverbs and rdma_cm nodes sysfs pairs with the devices.
+func verbsNodes(e *Env, p *PodView) []string {
+	want := []string{}
+	if len(p.Devices) == 0 {
+		return want
+	}
+	if v, err := e.Kernel.VerbsNodesIn(p.Netns); err == nil {
+		for _, d := range v.Devices {
+			if d.Uverbs != nil {
+				want = append(want, d.Uverbs.Name)
+			}
+		}
+		if v.RdmaCM != nil {
+			want = append(want, v.RdmaCM.Name)
+		}
+		sort.Strings(want)
+		return want
+	}
+	for _, c := range podCharDevices(p) {
+		if strings.HasPrefix(c, "uverbs") || c == "rdma_cm" {
+			want = append(want, c)
+		}
+	}
+	return want
 }
 
 // MemlockVerdict decides whether RDMA memory registration can work.
@@ -166,13 +217,14 @@ func MemlockVerdict(pr Process) (Severity, string) {
 		pr.Memlock, FormatBytes(MinMemlock))
 }
 
-func memlockFinding(r *Report, subj string, pr Process) {
+func memlockFinding(r *Report, subj string, pr Process) Severity {
 	sev, reason := MemlockVerdict(pr)
 	remedy := ""
 	if sev != OK {
 		remedy = memlockRemedy
 	}
 	r.add(sev, "memlock", subj, reason, remedy)
+	return sev
 }
 
 // ShmVerdict grades the size of /dev/shm.
@@ -189,13 +241,14 @@ func ShmVerdict(pr Process) (Severity, string) {
 	return OK, fmt.Sprintf("/dev/shm is %s", FormatBytes(pr.ShmBytes))
 }
 
-func shmFinding(r *Report, subj string, pr Process) {
+func shmFinding(r *Report, subj string, pr Process) Severity {
 	sev, reason := ShmVerdict(pr)
 	remedy := ""
 	if sev != OK {
 		remedy = shmRemedy
 	}
 	r.add(sev, "shm", subj, reason, remedy)
+	return sev
 }
 
 // podCharDevices are the /dev/infiniband names of the pod's RDMA devices,

@@ -42,6 +42,9 @@ func TestPodChecks(t *testing.T) {
 		"memlock pid 42 (torchrun)":      OK,
 		"shm pid 42 (torchrun)":          OK,
 		"char-devices pid 42 (torchrun)": Fail,
+		// What the NRI plugin would have given, in one line each.
+		"nri pid 41 (python)":   Warn,
+		"nri pid 42 (torchrun)": Warn,
 	}
 	for k, sev := range want {
 		if got[k] != sev {
@@ -120,5 +123,53 @@ func TestPodBadNetns(t *testing.T) {
 	r := Pod(f.env, "/nonexistent/netns", 0)
 	if r.ExitCode != 1 || len(findingsOf(r, "netns")) != 1 {
 		t.Fatalf("%+v", r.Findings)
+	}
+}
+
+// What rdma-netns-nri gives a container (the pod's uverbs node and
+// rdma_cm, unlimited memlock without IPC_LOCK, 1GiB /dev/shm) passes every
+// check; each of the three missing is named, with the plugin as the fix
+// and the by-hand fix of each.
+func TestPodNRIThree(t *testing.T) {
+	f := newNodeFixture(t)
+	podA := filepath.Join(f.netnsDir, "pod-a")
+	f.fp.proc("41", "nccl", "pod-a", "unlimited", "00000000a80425fb", 1<<30, "uverbs1", "rdma_cm")
+	f.fp.proc("42", "bare", "pod-a", "65536", "00000000a80425fb", 64<<20)
+	r := Pod(f.env, podA, 41)
+	if r.ExitCode != 0 || r.Summary[Warn] != 0 || len(findingsOf(r, "nri")) != 0 {
+		t.Fatalf("what the NRI plugin gives is not enough: %+v", r.Findings)
+	}
+	if strings.Join(r.Pod.VerbsNodes, " ") != "rdma_cm uverbs1" {
+		t.Fatalf("verbs nodes %v", r.Pod.VerbsNodes)
+	}
+
+	r = Pod(f.env, podA, 42)
+	if r.ExitCode != 1 {
+		t.Fatalf("exit %d: %+v", r.ExitCode, r.Findings)
+	}
+	n := findingsOf(r, "nri")
+	if len(n) != 1 || !strings.Contains(n[0].Reason, "lacks 3 of the 3") || !strings.Contains(n[0].Reason, "/dev/infiniband/uverbs1") ||
+		!strings.Contains(n[0].Reason, "memlock") || !strings.Contains(n[0].Reason, "/dev/shm") || !strings.Contains(n[0].Remedy, "rdma-netns-nri") {
+		t.Fatalf("nri finding %+v", n)
+	}
+	for _, check := range []string{"memlock", "shm", "char-devices"} {
+		fs := findingsOf(r, check)
+		if len(fs) != 1 || fs[0].Severity == OK || !strings.Contains(fs[0].Remedy, "rdma-netns-nri") || !strings.Contains(fs[0].Remedy, "by hand") {
+			t.Errorf("%s: %+v, want a finding whose fix is the NRI plugin or the by-hand setting", check, fs)
+		}
+	}
+
+	// The uverbs node is the one the kernel names from inside the pod,
+	// not the one sysfs's infiniband_verbs pairs by device name.
+	f.kernel.uverbs["mlx5_1"] = 7
+	r = Pod(f.env, podA, 41)
+	if cd := findingsOf(r, "char-devices"); len(cd) != 1 || cd[0].Severity != Fail || !strings.Contains(cd[0].Reason, "uverbs7") {
+		t.Fatalf("char-devices %+v, want uverbs7 missing", cd)
+	}
+	// A kernel that cannot say: sysfs's pairing, uverbs and rdma_cm only.
+	f.kernel.verbsErr = fmt.Errorf("operation not supported")
+	r = Pod(f.env, podA, 41)
+	if strings.Join(r.Pod.VerbsNodes, " ") != "rdma_cm uverbs1" || r.ExitCode != 0 {
+		t.Fatalf("fallback: verbs nodes %v, findings %+v", r.Pod.VerbsNodes, r.Findings)
 	}
 }

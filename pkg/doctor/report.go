@@ -180,7 +180,7 @@ func writePod(b *strings.Builder, p *PodView) {
 		b.WriteString("  none\n")
 	} else {
 		tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
-		want := podCharDevices(p)
+		want := p.VerbsNodes
 		fmt.Fprintln(tw, "  PID\tCOMMAND\tMEMLOCK (soft)\tCAP_IPC_LOCK\t/dev/shm\t/dev/infiniband")
 		for _, pr := range p.Processes {
 			ipc := "no"

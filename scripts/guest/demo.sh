@@ -52,3 +52,9 @@ took
 
 printf '\n######## Part 2: pods made by containerd over CRI (conf/containerd)\n'
 rdma-netns-cri demo
+
+# Part 3: the pods' containers ask for nothing (not root, no capability,
+# device or volume); rdma-netns-nri gives them what verbs needs
+# (e2e/cri/cmd/rdma-netns-nri-demo).
+printf '\n######## Part 3: unprivileged pods, with the NRI plugin rdma-netns-nri (docs/nri.md)\n'
+rdma-netns-nri-demo

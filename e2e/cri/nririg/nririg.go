@@ -1,0 +1,194 @@
+// Package nririg runs rdma-netns-nri next to the test VM's containerd
+// (e2e/cri/cririg) and makes the pods and containers its tests, its bench
+// and the demo use: pods with annotations and a memory limit, containers
+// as unprivileged as a plain pod spec makes them. It only works inside the
+// test VM, as root.
+package nririg
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/rdma-netns/rdma-netns/e2e/cri/cririg"
+)
+
+const (
+	// PluginBin is where build-payload.sh puts the plugin in the guest.
+	PluginBin = "/usr/local/bin/rdma-netns-nri"
+	// PluginLog collects the plugin's log across its restarts.
+	PluginLog = cririg.Dir + "/rdma-netns-nri.log"
+	// WorkloadUID is the uid the workloads run as: not root.
+	WorkloadUID = 1000
+)
+
+// Plugin is rdma-netns-nri running as the DaemonSet runs it.
+type Plugin struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// StartPlugin starts the plugin with the DaemonSet's flags and waits until
+// containerd has synchronized it.
+func StartPlugin() (*Plugin, error) {
+	before := LogLines()
+	f, err := os.OpenFile(PluginLog, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	cmd := exec.Command(PluginBin, "--socket", cririg.NRISocket, "--memlock", "unlimited", "--shm-size", "1Gi", "--log-level", "debug")
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	p := &Plugin{cmd: cmd, done: make(chan struct{})}
+	go func() { cmd.Wait(); close(p.done) }()
+	if err := WaitLog(before, "at connection", 30*time.Second); err != nil {
+		p.Kill()
+		return nil, err
+	}
+	return p, nil
+}
+
+// Kill SIGKILLs the plugin and waits for it to be gone.
+func (p *Plugin) Kill() {
+	p.cmd.Process.Kill()
+	<-p.done
+}
+
+// Stop stops the plugin with SIGTERM, as a pod deletion does.
+func (p *Plugin) Stop() {
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(10 * time.Second):
+		p.Kill()
+	}
+}
+
+// LogLines counts the lines of the plugin's log so far.
+func LogLines() int {
+	data, _ := os.ReadFile(PluginLog)
+	return strings.Count(string(data), "\n")
+}
+
+// LogSince is the plugin's log after its first skip lines.
+func LogSince(skip int) string {
+	data, _ := os.ReadFile(PluginLog)
+	lines := strings.SplitAfter(string(data), "\n")
+	if skip > len(lines) {
+		return ""
+	}
+	return strings.Join(lines[skip:], "")
+}
+
+// WaitLog waits for a line containing s after the first skip lines.
+func WaitLog(skip int, s string, timeout time.Duration) error {
+	return cririg.Wait(timeout, "rdma-netns-nri logs "+strconv.Quote(s), func() (bool, error) {
+		return strings.Contains(LogSince(skip), s), nil
+	})
+}
+
+// PodOpts are what kubelet would put in the sandbox config besides the
+// rig's defaults.
+type PodOpts struct {
+	Annotations map[string]string
+	// MemLimit is the pod's memory limit (the sum kubelet computes).
+	MemLimit int64
+}
+
+// RunPod is RunPodSandbox with annotations and the pod's resources.
+func RunPod(ctx context.Context, ctd *cririg.Containerd, spec cririg.PodSpec, o PodOpts) (*cririg.Pod, error) {
+	cfg := cririg.SandboxConfig(spec)
+	cfg.Annotations = o.Annotations
+	if o.MemLimit > 0 {
+		cfg.Linux.Resources = &runtimeapi.LinuxContainerResources{MemoryLimitInBytes: o.MemLimit}
+	}
+	if err := os.MkdirAll(cfg.LogDirectory, 0o755); err != nil {
+		return nil, err
+	}
+	resp, err := ctd.Runtime.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: cfg, RuntimeHandler: spec.Handler})
+	if err != nil {
+		return nil, fmt.Errorf("RunPodSandbox %s (handler %q): %v", spec.Name, spec.Handler, err)
+	}
+	p := &cririg.Pod{ID: resp.PodSandboxId, Spec: spec, Config: cfg}
+	if p.Netns, err = ctd.PodNetns(ctx, p.ID); err != nil {
+		return p, err
+	}
+	return p, nil
+}
+
+// Unprivileged is a container as a plain pod spec makes it: no device
+// (unless given here, as by hand), every capability dropped, no volume,
+// not root, read-only root file system.
+func Unprivileged(name string, devices ...string) *runtimeapi.ContainerConfig {
+	cfg := &runtimeapi.ContainerConfig{
+		Metadata: &runtimeapi.ContainerMetadata{Name: name},
+		Image:    &runtimeapi.ImageSpec{Image: cririg.ToolsImage},
+		Command:  []string{"sleep", "86400"},
+		LogPath:  name + ".log",
+		Linux: &runtimeapi.LinuxContainerConfig{
+			SecurityContext: &runtimeapi.LinuxContainerSecurityContext{
+				Capabilities:     &runtimeapi.Capability{DropCapabilities: []string{"ALL"}},
+				RunAsUser:        &runtimeapi.Int64Value{Value: WorkloadUID},
+				NoNewPrivs:       true,
+				ReadonlyRootfs:   true,
+				NamespaceOptions: &runtimeapi.NamespaceOption{},
+			},
+		},
+	}
+	for _, d := range devices {
+		cfg.Devices = append(cfg.Devices, &runtimeapi.Device{ContainerPath: d, HostPath: d, Permissions: "rw"})
+	}
+	return cfg
+}
+
+// RunContainer is CreateContainer then StartContainer.
+func RunContainer(ctx context.Context, ctd *cririg.Containerd, pod *cririg.Pod, cfg *runtimeapi.ContainerConfig) (*cririg.Container, error) {
+	created, err := ctd.Runtime.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: pod.ID, Config: cfg, SandboxConfig: pod.Config})
+	if err != nil {
+		return nil, fmt.Errorf("CreateContainer %s in %s: %v", cfg.Metadata.Name, pod.Spec.Name, err)
+	}
+	if _, err := ctd.Runtime.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: created.ContainerId}); err != nil {
+		return nil, fmt.Errorf("StartContainer %s in %s: %v", cfg.Metadata.Name, pod.Spec.Name, err)
+	}
+	return &cririg.Container{ID: created.ContainerId, Pod: pod}, nil
+}
+
+// What is what a container has of the three things verbs needs.
+type What struct {
+	Nodes   []string // /dev/infiniband
+	Memlock string   // ulimit -l
+	ShmKiB  int      // /dev/shm size
+	CapEff  string
+}
+
+// Inspect asks the container what it has.
+func Inspect(ctx context.Context, ctd *cririg.Containerd, c *cririg.Container) (What, error) {
+	r, err := ctd.Exec(ctx, c, time.Minute, "sh", "-c",
+		`echo nodes: $(ls /dev/infiniband 2>/dev/null); ulimit -l; df -k /dev/shm | tail -1; grep CapEff /proc/self/status`)
+	if err != nil {
+		return What{}, err
+	}
+	lines := strings.Split(strings.TrimSpace(r.Stdout), "\n")
+	if len(lines) != 4 {
+		return What{}, fmt.Errorf("unexpected output:\n%s", r.Stdout)
+	}
+	var w What
+	w.Nodes = strings.Fields(strings.TrimPrefix(lines[0], "nodes:"))
+	w.Memlock = strings.TrimSpace(lines[1])
+	if f := strings.Fields(lines[2]); len(f) > 1 {
+		w.ShmKiB, _ = strconv.Atoi(f[1])
+	}
+	w.CapEff = strings.TrimSpace(strings.TrimPrefix(lines[3], "CapEff:"))
+	return w, nil
+}

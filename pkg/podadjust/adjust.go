@@ -1,0 +1,241 @@
+package podadjust
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/containerd/nri/pkg/api"
+
+	"github.com/rdma-netns/rdma-netns/pkg/rdmans"
+)
+
+// Kernel is what the adjustment asks the running kernel.
+type Kernel interface {
+	// VerbsNodesIn lists the RDMA devices of the netns at nsPath with
+	// their uverbs nodes, and rdma_cm.
+	VerbsNodesIn(nsPath string) (*rdmans.VerbsNodes, error)
+}
+
+// Shm measures and resizes the tmpfs a pod's containers share as /dev/shm.
+type Shm interface {
+	// Size is the size of the tmpfs mounted at path, an error if path is
+	// not the root of a tmpfs mount.
+	Size(path string) (uint64, error)
+	// Resize changes the size of the tmpfs mounted at path.
+	Resize(path string, bytes uint64) error
+}
+
+// Adjuster computes container adjustments.
+type Adjuster struct {
+	Policy Policy
+	Kernel Kernel
+	Shm    Shm
+	// SameAsSelf reports whether nsPath is the plugin's own netns (the
+	// host's): a pod in the host network namespace sees every host RDMA
+	// device and must get none of them. nil: never.
+	SameAsSelf func(nsPath string) bool
+}
+
+// Decision says what Adjust did to one container and why, for the log.
+type Decision struct {
+	// Skipped says why the container was left alone ("" if adjusted).
+	Skipped string
+	Netns   string
+	// Devices are the pod's RDMA devices; Nodes the device nodes added.
+	Devices []string
+	Nodes   []string
+	Memlock string
+	Shm     string
+	// Warnings are what could not be given, and why.
+	Warnings []string
+}
+
+func (d Decision) String() string {
+	if d.Skipped != "" {
+		return "not adjusted: " + d.Skipped
+	}
+	s := fmt.Sprintf("pod netns %s holds %s: devices %s, memlock %s, /dev/shm %s",
+		d.Netns, strings.Join(d.Devices, ","), strings.Join(d.Nodes, " "), d.Memlock, d.Shm)
+	if len(d.Warnings) > 0 {
+		s += "; " + strings.Join(d.Warnings, "; ")
+	}
+	return s
+}
+
+// Adjust decides the adjustment of a container being created in pod.
+// A nil adjustment means the container is left as the runtime made it.
+// It never fails the container: what it cannot find out or do is in the
+// decision, and `rdma-netns doctor --pid` tells the rest.
+func (a *Adjuster) Adjust(pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, Decision) {
+	var d Decision
+	if v := pod.GetAnnotations()[AnnotationNRI]; v == Skip {
+		d.Skipped = fmt.Sprintf("the pod opts out (%s: %s)", AnnotationNRI, Skip)
+		return nil, d
+	}
+	d.Netns = PodNetns(pod)
+	if d.Netns == "" {
+		d.Skipped = "the pod has no network namespace of its own (host network)"
+		return nil, d
+	}
+	if a.SameAsSelf != nil && a.SameAsSelf(d.Netns) {
+		d.Skipped = "the pod's network namespace is the host's"
+		return nil, d
+	}
+	nodes, err := a.Kernel.VerbsNodesIn(d.Netns)
+	if err != nil {
+		d.Skipped = fmt.Sprintf("cannot read the RDMA devices of the pod's netns: %v", err)
+		return nil, d
+	}
+	if len(nodes.Devices) == 0 {
+		d.Skipped = "no RDMA device in the pod's network namespace " + d.Netns
+		return nil, d
+	}
+	adj := &api.ContainerAdjustment{}
+	a.addDevices(adj, nodes, &d)
+	a.setMemlock(adj, &d)
+	d.Shm = a.sizeShm(pod, ctr, &d)
+	return adj, d
+}
+
+// PodNetns is the path of the pod's network namespace, "" if the pod
+// runs in the host's.
+func PodNetns(pod *api.PodSandbox) string {
+	for _, ns := range pod.GetLinux().GetNamespaces() {
+		if ns.GetType() == "network" {
+			return ns.GetPath()
+		}
+	}
+	return ""
+}
+
+// addDevices gives the container the uverbs node of each of the pod's
+// devices and rdma_cm, with the numbers the kernel reports, mode 0666 as
+// rdma-core's udev rules make them on the node. The runtime adds an allow
+// rule to the container's device cgroup for every device an adjustment
+// adds (NRI's AdjustDevices does both), so no other node opens.
+func (a *Adjuster) addDevices(adj *api.ContainerAdjustment, nodes *rdmans.VerbsNodes, d *Decision) {
+	add := func(c rdmans.CharDev) {
+		adj.AddDevice(&api.LinuxDevice{
+			Path:     c.Path(),
+			Type:     "c",
+			Major:    int64(c.Major),
+			Minor:    int64(c.Minor),
+			FileMode: api.FileMode(os.FileMode(0o666)),
+		})
+		d.Nodes = append(d.Nodes, c.Path())
+	}
+	for _, v := range nodes.Devices {
+		d.Devices = append(d.Devices, v.Device)
+		if v.Uverbs == nil {
+			d.Warnings = append(d.Warnings, fmt.Sprintf("the kernel has no uverbs node for %s (load ib_uverbs)", v.Device))
+			continue
+		}
+		add(*v.Uverbs)
+	}
+	if nodes.RdmaCM == nil {
+		d.Warnings = append(d.Warnings, "the kernel has no rdma_cm node (load rdma_ucm)")
+		return
+	}
+	add(*nodes.RdmaCM)
+}
+
+func (a *Adjuster) setMemlock(adj *api.ContainerAdjustment, d *Decision) {
+	d.Memlock = a.Policy.Memlock.String()
+	if a.Policy.Memlock.Keep {
+		return
+	}
+	l := a.Policy.Memlock.Limit()
+	adj.AddRlimit("RLIMIT_MEMLOCK", l, l)
+}
+
+// sizeShm sets the size of the pod's /dev/shm and says what it did.
+//
+// How: containerd (and CRI-O) mount one tmpfs per pod sandbox, 64 MiB,
+// and bind-mount it as /dev/shm into every container of the pod, which
+// also share the pod's IPC namespace. The size is a property of that
+// tmpfs, not of the bind mounts, so remounting it with a new size resizes
+// /dev/shm for every container of the pod at once, those already running
+// included, and they keep sharing it. The runtime still owns it: it goes
+// away with the sandbox, so nothing is left behind if this plugin is gone
+// by then. A tmpfs of our own per pod would instead need a host mount we
+// create, bind into each container and must remember to remove. Its pages
+// are charged to the memory cgroup of the container that writes them, so
+// the pod's memory limit bounds what it really uses; the size is capped at
+// that limit so as not to promise more.
+//
+// Only the sandbox's own tmpfs is touched: the container's /dev/shm mount
+// must come from a path that names the sandbox (a hostIPC pod gets the
+// node's /dev/shm, a pod that mounts an emptyDir there its own volume;
+// both are left alone) and be the root of a tmpfs mount. It is only ever
+// grown: shrinking a tmpfs below what is in use fails, and another
+// container of the pod may have asked for more.
+func (a *Adjuster) sizeShm(pod *api.PodSandbox, ctr *api.Container, d *Decision) string {
+	want := a.Policy.ShmSize
+	why := "node default"
+	if v, ok := pod.GetAnnotations()[AnnotationShmSize]; ok {
+		n, err := ParseShmSize(v)
+		if err != nil {
+			d.Warnings = append(d.Warnings, fmt.Sprintf("annotation %s ignored: %v", AnnotationShmSize, err))
+		} else {
+			want, why = n, "annotation"
+		}
+	}
+	if want == 0 {
+		return "kept as the runtime made it (" + why + ")"
+	}
+	if limit, whose := memoryLimit(pod, ctr); limit > 0 && want > limit {
+		want, why = limit, whose+" memory limit"
+	}
+	src := shmSource(ctr)
+	switch {
+	case src == "":
+		return "left alone: the container has no /dev/shm mount"
+	case !namesSandbox(src, pod.GetId()):
+		return fmt.Sprintf("left alone: /dev/shm comes from %s, not from the pod sandbox's tmpfs (hostIPC or a volume of the pod's own)", src)
+	}
+	have, err := a.Shm.Size(src)
+	if err != nil {
+		d.Warnings = append(d.Warnings, fmt.Sprintf("cannot measure the pod's /dev/shm %s: %v", src, err))
+		return "unchanged"
+	}
+	if have >= want {
+		return fmt.Sprintf("%s already (%s %s)", FormatSize(have), why, FormatSize(want))
+	}
+	if err := a.Shm.Resize(src, want); err != nil {
+		d.Warnings = append(d.Warnings, fmt.Sprintf("cannot resize the pod's /dev/shm %s to %s: %v", src, FormatSize(want), err))
+		return "unchanged at " + FormatSize(have)
+	}
+	return fmt.Sprintf("%s (%s; was %s)", FormatSize(want), why, FormatSize(have))
+}
+
+// memoryLimit is the pod's memory limit when the runtime passes it (the
+// sum kubelet computes for the sandbox), else the container's own, which
+// is never above the pod's; 0 when neither is set.
+func memoryLimit(pod *api.PodSandbox, ctr *api.Container) (uint64, string) {
+	if l := pod.GetLinux().GetPodResources().GetMemory().GetLimit().GetValue(); l > 0 {
+		return uint64(l), "the pod's"
+	}
+	if l := ctr.GetLinux().GetResources().GetMemory().GetLimit().GetValue(); l > 0 {
+		return uint64(l), "the container's"
+	}
+	return 0, ""
+}
+
+// shmSource is where the container's /dev/shm is bind-mounted from.
+func shmSource(ctr *api.Container) string {
+	for _, m := range ctr.GetMounts() {
+		if filepath.Clean(m.GetDestination()) == "/dev/shm" {
+			return m.GetSource()
+		}
+	}
+	return ""
+}
+
+// namesSandbox: containerd keeps the sandbox's tmpfs at
+// .../sandboxes/ID/shm, CRI-O at .../overlay-containers/ID/userdata/shm.
+func namesSandbox(path, id string) bool {
+	return id != "" && slices.Contains(strings.Split(filepath.Clean(path), "/"), id)
+}

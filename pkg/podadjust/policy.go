@@ -1,0 +1,143 @@
+// Package podadjust decides what a container of a pod whose network
+// namespace holds RDMA devices needs besides the device itself, as an NRI
+// container adjustment: the uverbs node of each of the pod's devices and
+// rdma_cm (with the device cgroup rule that comes with them), a memlock
+// limit that lets verbs register memory, and a /dev/shm of a useful size
+// shared by the pod's containers. The kernel, asked from inside the pod's
+// netns, says whether the pod holds RDMA devices and which nodes are
+// theirs; the pod's annotations and the node's Policy say the rest.
+package podadjust
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+)
+
+// Annotations a pod may carry (on the pod, so every container of it gets
+// the same treatment: they share /dev/shm).
+const (
+	// AnnotationNRI set to "skip" leaves every container of the pod as the
+	// runtime made it, RDMA device or not.
+	AnnotationNRI = "rdma-netns.io/nri"
+	// AnnotationShmSize sets the pod's /dev/shm size ("16Gi", "512Mi",
+	// bytes), or "keep" to leave the runtime's (64 MiB). Never above the
+	// pod's memory limit.
+	AnnotationShmSize = "rdma-netns.io/shm-size"
+	// Skip is the value of AnnotationNRI that opts a pod out.
+	Skip = "skip"
+	// Keep is the value of a size that leaves the runtime's setting.
+	Keep = "keep"
+)
+
+// Policy is the node's default, set by the plugin's flags.
+type Policy struct {
+	// Memlock is the RLIMIT_MEMLOCK (soft and hard) containers get.
+	Memlock Memlock
+	// ShmSize is the /dev/shm size of a pod without AnnotationShmSize;
+	// 0 leaves the runtime's.
+	ShmSize uint64
+}
+
+// DefaultPolicy: unlimited memlock (pinned pages are still charged to the
+// pod's memory cgroup, so the pod's memory limit still bounds them) and
+// 1 GiB of /dev/shm, the size below which `rdma-netns doctor` warns.
+var DefaultPolicy = Policy{Memlock: Memlock{Unlimited: true}, ShmSize: 1 << 30}
+
+// Memlock is a memlock setting: keep the runtime's, unlimited, or a size.
+type Memlock struct {
+	Keep      bool
+	Unlimited bool
+	Bytes     uint64
+}
+
+// Limit is the rlimit value to set (RLIM_INFINITY for unlimited).
+func (m Memlock) Limit() uint64 {
+	if m.Unlimited {
+		return math.MaxUint64
+	}
+	return m.Bytes
+}
+
+func (m Memlock) String() string {
+	switch {
+	case m.Keep:
+		return Keep
+	case m.Unlimited:
+		return "unlimited"
+	}
+	return FormatSize(m.Bytes)
+}
+
+// ParseMemlock reads "unlimited", "keep" or a size.
+func ParseMemlock(s string) (Memlock, error) {
+	switch strings.TrimSpace(s) {
+	case "unlimited", "-1":
+		return Memlock{Unlimited: true}, nil
+	case Keep:
+		return Memlock{Keep: true}, nil
+	}
+	n, err := ParseSize(s)
+	if err != nil {
+		return Memlock{}, fmt.Errorf("memlock %q: want unlimited, keep or a size such as 64Mi: %v", s, err)
+	}
+	return Memlock{Bytes: n}, nil
+}
+
+// ParseShmSize reads a /dev/shm size: a size, or "keep" (0).
+func ParseShmSize(s string) (uint64, error) {
+	if strings.TrimSpace(s) == Keep {
+		return 0, nil
+	}
+	n, err := ParseSize(s)
+	if err != nil {
+		return 0, fmt.Errorf("/dev/shm size %q: want keep or a size such as 16Gi: %v", s, err)
+	}
+	if n == 0 {
+		return 0, fmt.Errorf("/dev/shm size %q: a tmpfs of size 0 is unlimited; say keep to leave the runtime's", s)
+	}
+	return n, nil
+}
+
+var suffixes = []struct {
+	s string
+	m uint64
+}{
+	{"Ki", 1 << 10}, {"Mi", 1 << 20}, {"Gi", 1 << 30}, {"Ti", 1 << 40},
+	{"k", 1e3}, {"K", 1e3}, {"M", 1e6}, {"G", 1e9}, {"T", 1e12},
+}
+
+// ParseSize reads a size as Kubernetes quantities write it: bytes, or an
+// integer with a binary (Ki, Mi, Gi, Ti) or decimal (k, M, G, T) suffix.
+func ParseSize(s string) (uint64, error) {
+	s = strings.TrimSpace(s)
+	mult := uint64(1)
+	for _, x := range suffixes {
+		if rest, ok := strings.CutSuffix(s, x.s); ok {
+			s, mult = rest, x.m
+			break
+		}
+	}
+	n, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("not a size")
+	}
+	if n > math.MaxUint64/mult {
+		return 0, fmt.Errorf("too large")
+	}
+	return n * mult, nil
+}
+
+// FormatSize prints a size in the largest binary unit that divides it.
+func FormatSize(n uint64) string {
+	for _, u := range []struct {
+		s string
+		m uint64
+	}{{"Ti", 1 << 40}, {"Gi", 1 << 30}, {"Mi", 1 << 20}, {"Ki", 1 << 10}} {
+		if n >= u.m && n%u.m == 0 {
+			return strconv.FormatUint(n/u.m, 10) + u.s
+		}
+	}
+	return strconv.FormatUint(n, 10)
+}
