@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/vishvananda/netlink/nl"
 	"github.com/vishvananda/netns"
@@ -56,28 +57,27 @@ type VerbsNodes struct {
 func (Netlink) VerbsNodesIn(nsPath string) (*VerbsNodes, error) {
 	out := &VerbsNodes{}
 	err := visit(nsPath, func(netns.NsHandle) error {
-		return withRDMA(func(c *conn) error {
-			devs, err := c.devices()
-			if err != nil {
-				return fmt.Errorf("cannot list the RDMA devices in netns %s: %v", nsPath, err)
-			}
-			for _, d := range devs {
-				cd, err := c.chardev(&d, "uverbs")
-				if err != nil && !noChardev(err) {
-					return fmt.Errorf("cannot find the uverbs node of RDMA device %s in netns %s: %v", d.name, nsPath, err)
-				}
-				out.Devices = append(out.Devices, VerbsNode{Device: d.name, Uverbs: cd})
-			}
-			if len(devs) == 0 {
-				return nil
-			}
-			cm, err := c.chardev(nil, "rdma_cm")
+		devs, err := Links()
+		if err != nil {
+			return fmt.Errorf("cannot list the RDMA devices in netns %s: %v", nsPath, err)
+		}
+		for _, d := range devs {
+			idx := d.Attrs.Index
+			cd, err := chardev(&idx, "uverbs")
 			if err != nil && !noChardev(err) {
-				return fmt.Errorf("cannot find the rdma_cm node: %v", err)
+				return fmt.Errorf("cannot find the uverbs node of RDMA device %s in netns %s: %v", d.Attrs.Name, nsPath, err)
 			}
-			out.RdmaCM = cm
+			out.Devices = append(out.Devices, VerbsNode{Device: d.Attrs.Name, Uverbs: cd})
+		}
+		if len(devs) == 0 {
 			return nil
-		})
+		}
+		cm, err := chardev(nil, "rdma_cm")
+		if err != nil && !noChardev(err) {
+			return fmt.Errorf("cannot find the rdma_cm node: %v", err)
+		}
+		out.RdmaCM = cm
+		return nil
 	})
 	if err != nil {
 		return nil, err
@@ -91,32 +91,53 @@ func noChardev(err error) bool {
 	return errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENODEV)
 }
 
-// chardev asks for the node of type typ ("uverbs", "rdma_cm") of device d,
-// or for the node-wide one when d is nil. nil, nil: the answer named none.
-func (c *conn) chardev(d *device, typ string) (*CharDev, error) {
-	var payload []byte
-	if d != nil {
-		payload = newAttr(nl.RDMA_NLDEV_ATTR_DEV_INDEX, u32(d.index))
+// chardev asks the calling thread's netns for the node of type typ
+// ("uverbs", "rdma_cm") of the device with index, or for the node-wide one
+// when index is nil. nil, nil: the answer named none.
+func chardev(index *uint32, typ string) (*CharDev, error) {
+	proto := nl.RDMA_NL_NLDEV<<nl.RDMA_NL_GET_CLIENT_SHIFT | rdmaNldevCmdGetChardev
+	req := nl.NewNetlinkRequest(proto, unix.NLM_F_ACK)
+	if index != nil {
+		req.AddData(nl.NewRtAttr(nl.RDMA_NLDEV_ATTR_DEV_INDEX, nl.Uint32Attr(*index)))
 	}
-	payload = append(payload, newAttr(rdmaNldevAttrChardevType, append([]byte(typ), 0))...)
-	var out *CharDev
-	err := c.request(rdmaType(rdmaNldevCmdGetChardev), 0, payload, func(_ uint16, data []byte) {
-		out = parseChardev(data)
-	})
+	req.AddData(nl.NewRtAttr(rdmaNldevAttrChardevType, nl.ZeroTerminated(typ)))
+	msgs, err := req.Execute(unix.NETLINK_RDMA, 0)
 	if err != nil {
 		return nil, classify(err)
 	}
-	return out, nil
+	for _, m := range msgs {
+		if cd := parseChardev(m); cd != nil {
+			return cd, nil
+		}
+	}
+	return nil, nil
 }
 
 // parseChardev reads one GET_CHARDEV answer; nil if it carries no dev_t.
 // The kernel sends the dev_t in its 32-bit encoding (huge_encode_dev),
 // which unix.Major and unix.Minor decode.
 func parseChardev(data []byte) *CharDev {
-	v := attr(data, rdmaNldevAttrChardev)
-	if len(v) < 8 {
+	attrs, err := nl.ParseRouteAttr(data)
+	if err != nil {
 		return nil
 	}
-	dev := binary.NativeEndian.Uint64(v)
-	return &CharDev{Name: attrString(data, rdmaNldevAttrChardevName), Major: unix.Major(dev), Minor: unix.Minor(dev)}
+	var out CharDev
+	found := false
+	for _, a := range attrs {
+		switch a.Attr.Type {
+		case rdmaNldevAttrChardev:
+			if len(a.Value) < 8 {
+				return nil
+			}
+			dev := binary.NativeEndian.Uint64(a.Value)
+			out.Major, out.Minor = unix.Major(dev), unix.Minor(dev)
+			found = true
+		case rdmaNldevAttrChardevName:
+			out.Name = strings.TrimRight(string(a.Value), "\x00")
+		}
+	}
+	if !found {
+		return nil
+	}
+	return &out
 }

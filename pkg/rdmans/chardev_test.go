@@ -2,8 +2,10 @@ package rdmans
 
 import (
 	"encoding/binary"
+	"fmt"
 	"testing"
 
+	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
 )
 
@@ -22,10 +24,10 @@ func newEncodeDev(major, minor uint32) uint64 {
 // attribute that aligns it, between the ABI and the name.
 func chardevAnswer(name string, major, minor uint32) []byte {
 	var p []byte
-	p = append(p, newAttr(rdmaNldevAttrChardevAbi, binary.NativeEndian.AppendUint64(nil, 1))...)
-	p = append(p, newAttr(rdmaNldevAttrPad, nil)...)
-	p = append(p, newAttr(rdmaNldevAttrChardev, binary.NativeEndian.AppendUint64(nil, newEncodeDev(major, minor)))...)
-	p = append(p, newAttr(rdmaNldevAttrChardevName, append([]byte(name), 0))...)
+	p = append(p, nl.NewRtAttr(rdmaNldevAttrChardevAbi, binary.NativeEndian.AppendUint64(nil, 1)).Serialize()...)
+	p = append(p, nl.NewRtAttr(rdmaNldevAttrPad, nil).Serialize()...)
+	p = append(p, nl.NewRtAttr(rdmaNldevAttrChardev, binary.NativeEndian.AppendUint64(nil, newEncodeDev(major, minor))).Serialize()...)
+	p = append(p, nl.NewRtAttr(rdmaNldevAttrChardevName, nl.ZeroTerminated(name)).Serialize()...)
 	return p
 }
 
@@ -39,19 +41,26 @@ func TestParseChardev(t *testing.T) {
 			t.Errorf("path %s", p)
 		}
 	}
-	if got := parseChardev(newAttr(rdmaNldevAttrChardevName, []byte("uverbs0\x00"))); got != nil {
+	if got := parseChardev(nl.NewRtAttr(rdmaNldevAttrChardevName, nl.ZeroTerminated("uverbs0")).Serialize()); got != nil {
 		t.Errorf("an answer without a dev_t parsed as %+v", got)
 	}
-	// The answer to one request, as answer() hands it on.
-	typ := rdmaType(rdmaNldevCmdGetChardev)
-	read := append(message(typ, 0, 3, chardevAnswer("uverbs2", 231, 194)), message(unix.NLMSG_ERROR, 0, 3, errnoPayload(0))...)
-	var got *CharDev
-	if done, err := answer(read, 3, func(_ uint16, data []byte) { got = parseChardev(data) }); !done || err != nil || got == nil || got.Minor != 194 {
-		t.Fatalf("answer: done %v err %v dev %+v", done, err, got)
+	if got := parseChardev([]byte{1, 2}); got != nil {
+		t.Errorf("a truncated answer parsed as %+v", got)
 	}
-	// The kernel without the client (no rdma_ucm) answers EOPNOTSUPP.
-	_, err := answer(message(unix.NLMSG_ERROR, 0, 4, errnoPayload(-int32(unix.EOPNOTSUPP))), 4, func(uint16, []byte) {})
-	if !noChardev(err) {
-		t.Fatalf("EOPNOTSUPP is %v, not 'no such node'", err)
+}
+
+// A kernel without the client (no rdma_ucm) answers EOPNOTSUPP, a device
+// without a node ENODEV or ENOENT: each is "no such node", not a failure;
+// anything else is one.
+func TestNoChardev(t *testing.T) {
+	for _, e := range []error{unix.EOPNOTSUPP, unix.ENODEV, unix.ENOENT, fmt.Errorf("wrapped: %w", unix.EOPNOTSUPP)} {
+		if !noChardev(e) {
+			t.Errorf("%v is not 'no such node'", e)
+		}
+	}
+	for _, e := range []error{unix.EPERM, unix.EINVAL, ErrNoRDMA} {
+		if noChardev(e) {
+			t.Errorf("%v taken for 'no such node'", e)
+		}
 	}
 }
