@@ -217,14 +217,3 @@ func countCalls(t *testing.T, plugin, command string) int {
 	}
 	return n
 }
-
-// vmMode is the VM's RDMA netns mode (scripts/README.md: /etc/vm.conf).
-func vmMode() string {
-	data, _ := os.ReadFile("/etc/vm.conf")
-	for _, l := range strings.Split(string(data), "\n") {
-		if v, ok := strings.CutPrefix(l, "VM_NETNS_MODE="); ok {
-			return v
-		}
-	}
-	return ""
-}

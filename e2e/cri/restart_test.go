@@ -45,7 +45,7 @@ func restart(t *testing.T) {
 // and their devices in place, the restarted one makes no CNI call and finds
 // them ready, and StopPodSandbox after the restart returns the devices.
 func TestKilledWithPodsRunning(t *testing.T) {
-	if vmMode() != "exclusive" {
+	if cririg.NetnsMode() != "exclusive" {
 		t.Skip("the exclusive-mode VM's test")
 	}
 	a := runTools(t, "keep-a", "rdma-eth1")
@@ -99,7 +99,7 @@ func TestKilledWithPodsRunning(t *testing.T) {
 // attachment is then stale; the next ADD drops it, which the pod started
 // afterwards shows. `rdma-netns-cri stress` repeats this at random points.
 func TestKilledDuringRunPodSandbox(t *testing.T) {
-	if vmMode() != "exclusive" {
+	if cririg.NetnsMode() != "exclusive" {
 		t.Skip("the exclusive-mode VM's test")
 	}
 	n := network(t, "rdma-eth1")
@@ -200,7 +200,7 @@ func cniNetns(t *testing.T) []string {
 // back as prevResult). All of it on the default network, whose conflist is
 // /etc/cni/net.d's.
 func TestDelAgainAndCachedResult(t *testing.T) {
-	if vmMode() != "exclusive" {
+	if cririg.NetnsMode() != "exclusive" {
 		t.Skip("the exclusive-mode VM's test")
 	}
 	n := network(t, "")

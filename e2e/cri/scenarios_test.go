@@ -16,7 +16,7 @@ import (
 // In exclusive mode the default network's chain, which has rdma-netns,
 // answers STATUS, and containerd reports the network ready.
 func TestNetworkReady(t *testing.T) {
-	if vmMode() != "exclusive" {
+	if cririg.NetnsMode() != "exclusive" {
 		t.Skip("the exclusive-mode VM's test")
 	}
 	before := countCalls(t, "rdma-netns", "STATUS")
@@ -34,7 +34,7 @@ func TestNetworkReady(t *testing.T) {
 
 // In shared mode rdma-netns's STATUS fails and containerd says why.
 func TestSharedModeNetworkNotReady(t *testing.T) {
-	if vmMode() != "shared" {
+	if cririg.NetnsMode() != "shared" {
 		t.Skip("the shared-mode VM's test")
 	}
 	ready, reason, msg, err := ctd.NetworkReady(ctx(t))
@@ -103,7 +103,7 @@ func (p tools) stop(t *testing.T) {
 // containers see only their own and exchange verbs traffic; stopping and
 // removing them brings both devices back, with no record left.
 func TestPodsExchangeTraffic(t *testing.T) {
-	if vmMode() != "exclusive" {
+	if cririg.NetnsMode() != "exclusive" {
 		t.Skip("the exclusive-mode VM's test")
 	}
 	a := runTools(t, "rdma-a", "rdma-eth1")

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 )
 
 // Setup prepares the guest for containerd once per boot: it runs
@@ -25,4 +26,16 @@ func Setup() error {
 		return fmt.Errorf("build the images: %v", err)
 	}
 	return os.WriteFile(done, nil, 0o644)
+}
+
+// NetnsMode is the VM's RDMA netns mode, exclusive or shared, as vm-run.sh
+// wrote it in /etc/vm.conf (scripts/README.md); "" outside the test VM.
+func NetnsMode() string {
+	data, _ := os.ReadFile("/etc/vm.conf")
+	for _, l := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(l, "VM_NETNS_MODE="); ok {
+			return v
+		}
+	}
+	return ""
 }

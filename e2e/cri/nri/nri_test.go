@@ -56,7 +56,7 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
-	if vmMode() != "exclusive" {
+	if cririg.NetnsMode() != "exclusive" {
 		fmt.Println("nri: the exclusive-mode VM's tests; skipped")
 		return 0
 	}
@@ -108,16 +108,6 @@ func run(m *testing.M) int {
 		fmt.Print(string(data))
 	}
 	return rc
-}
-
-func vmMode() string {
-	data, _ := os.ReadFile("/etc/vm.conf")
-	for _, l := range strings.Split(string(data), "\n") {
-		if v, ok := strings.CutPrefix(l, "VM_NETNS_MODE="); ok {
-			return v
-		}
-	}
-	return ""
 }
 
 func ctx(t *testing.T) context.Context {
