@@ -95,8 +95,7 @@ func noChardev(err error) bool {
 // ("uverbs", "rdma_cm") of the device with index, or for the node-wide one
 // when index is nil. nil, nil: the answer named none.
 func chardev(index *uint32, typ string) (*CharDev, error) {
-	proto := nl.RDMA_NL_NLDEV<<nl.RDMA_NL_GET_CLIENT_SHIFT | rdmaNldevCmdGetChardev
-	req := nl.NewNetlinkRequest(proto, unix.NLM_F_ACK)
+	req := nldevRequest(rdmaNldevCmdGetChardev, unix.NLM_F_ACK)
 	if index != nil {
 		req.AddData(nl.NewRtAttr(nl.RDMA_NLDEV_ATTR_DEV_INDEX, nl.Uint32Attr(*index)))
 	}

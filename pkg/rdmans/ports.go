@@ -12,10 +12,13 @@ import (
 // rdmaNldevCmdPortGet is RDMA_NLDEV_CMD_PORT_GET, which the netlink
 // package does not name. The kernel answers a dump of it per device (the
 // device index is mandatory) with one message per port.
-const (
-	rdmaNldevCmdPortGet   = 5
-	rdmaNldevAttrNdevName = nl.RDMA_NLDEV_ATTR_NDEV_NAME
-)
+const rdmaNldevCmdPortGet = 5
+
+// nldevRequest is a request of the RDMA netlink NLDEV client, whose
+// commands the netlink package builds only for the few it wraps.
+func nldevRequest(cmd, flags int) *nl.NetlinkRequest {
+	return nl.NewNetlinkRequest(nl.RDMA_NL_NLDEV<<nl.RDMA_NL_GET_CLIENT_SHIFT|cmd, flags)
+}
 
 // DeviceOfNetdev returns the RDMA device, in the netns at nsPath, one of
 // whose ports is bound to the netdev ifName there ("" if none). This is
@@ -59,11 +62,8 @@ type PortInfo struct {
 // thread's netns: the kernel pairs port and netdev itself, with or without
 // GIDs (a port whose netdev is down has none).
 func Ports(index uint32) ([]PortInfo, error) {
-	proto := nl.RDMA_NL_NLDEV<<nl.RDMA_NL_GET_CLIENT_SHIFT | rdmaNldevCmdPortGet
-	req := nl.NewNetlinkRequest(proto, unix.NLM_F_ACK|unix.NLM_F_DUMP)
-	b := make([]byte, 4)
-	nl.NativeEndian().PutUint32(b, index)
-	req.AddData(nl.NewRtAttr(nl.RDMA_NLDEV_ATTR_DEV_INDEX, b))
+	req := nldevRequest(rdmaNldevCmdPortGet, unix.NLM_F_ACK|unix.NLM_F_DUMP)
+	req.AddData(nl.NewRtAttr(nl.RDMA_NLDEV_ATTR_DEV_INDEX, nl.Uint32Attr(index)))
 	msgs, err := req.Execute(unix.NETLINK_RDMA, 0)
 	if err != nil {
 		return nil, classify(err)
@@ -98,7 +98,7 @@ func parsePort(msg []byte) PortInfo {
 			if len(v) >= 1 {
 				p.PhysState = v[0]
 			}
-		case rdmaNldevAttrNdevName:
+		case nl.RDMA_NLDEV_ATTR_NDEV_NAME:
 			p.Netdev = strings.TrimRight(string(v), "\x00")
 		}
 	}
