@@ -227,20 +227,14 @@ func (Netlink) Rename(nsPath, from, to string) error {
 // netdevs such as veth have none and return empty strings.
 func (Netlink) NetdevParent(nsPath, ifName string) (bus, dev string, err error) {
 	err = visit(nsPath, func(netns.NsHandle) error {
-		h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
-		if err != nil {
-			return err
-		}
-		defer h.Close()
-		if err := h.SetSocketTimeout(netlinkTimeout); err != nil {
-			return err
-		}
-		link, err := h.LinkByName(ifName)
-		if err != nil {
-			return fmt.Errorf("failed to find netdev %s in netns %s: %v", ifName, nsPath, err)
-		}
-		bus, dev = link.Attrs().ParentDevBus, link.Attrs().ParentDev
-		return nil
+		return withHandle(unix.NETLINK_ROUTE, func(h *netlink.Handle) error {
+			link, err := h.LinkByName(ifName)
+			if err != nil {
+				return fmt.Errorf("failed to find netdev %s in netns %s: %v", ifName, nsPath, err)
+			}
+			bus, dev = link.Attrs().ParentDevBus, link.Attrs().ParentDev
+			return nil
+		})
 	})
 	return bus, dev, err
 }
@@ -262,7 +256,15 @@ const netlinkTimeout = 30 * time.Second
 // withRDMA runs fn with a netlink handle on an RDMA netlink socket of the
 // calling thread's netns.
 func withRDMA(fn func(h *netlink.Handle) error) error {
-	h, err := netlink.NewHandle(unix.NETLINK_RDMA)
+	return withHandle(unix.NETLINK_RDMA, fn)
+}
+
+// withHandle runs fn with a netlink handle on a socket of family in the
+// calling thread's netns, its requests bounded by netlinkTimeout. A family
+// the kernel lacks is ErrNoRDMA: of the two used, only RDMA netlink can be
+// missing (ib_core not loaded); rtnetlink is always there.
+func withHandle(family int, fn func(h *netlink.Handle) error) error {
+	h, err := netlink.NewHandle(family)
 	if err != nil {
 		return classify(err)
 	}
