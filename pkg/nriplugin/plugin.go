@@ -77,7 +77,7 @@ func existing(a *podadjust.Adjuster, pods []*api.PodSandbox, ctrs []*api.Contain
 	var rdma []string
 	for _, ctr := range ctrs {
 		pod := byID[ctr.GetPodSandboxId()]
-		if pod == nil || pod.GetAnnotations()[podadjust.AnnotationNRI] == podadjust.Skip {
+		if pod == nil {
 			continue
 		}
 		devs, seen := devices[pod.GetId()]
@@ -98,13 +98,11 @@ func existing(a *podadjust.Adjuster, pods []*api.PodSandbox, ctrs []*api.Contain
 		"`rdma-netns doctor --pid PID` shows what one lacks): %s", len(rdma), strings.Join(rdma, ", "))
 }
 
+// podDevices names the RDMA devices of a pod whose containers Adjust
+// would adjust, "" for any other pod.
 func podDevices(a *podadjust.Adjuster, pod *api.PodSandbox) string {
-	ns := podadjust.PodNetns(pod)
-	if ns == "" || a.SameAsSelf != nil && a.SameAsSelf(ns) {
-		return ""
-	}
-	nodes, err := a.Kernel.VerbsNodesIn(ns)
-	if err != nil || len(nodes.Devices) == 0 {
+	nodes, _ := a.Nodes(pod)
+	if nodes == nil {
 		return ""
 	}
 	var names []string

@@ -70,12 +70,29 @@ func (d Decision) String() string {
 // It never fails the container: what it cannot find out or do is in the
 // decision, and `rdma-netns doctor --pid` tells the rest.
 func (a *Adjuster) Adjust(pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, Decision) {
+	nodes, d := a.Nodes(pod)
+	if nodes == nil {
+		return nil, d
+	}
+	adj := &api.ContainerAdjustment{}
+	a.addDevices(adj, nodes, &d)
+	a.setMemlock(adj, &d)
+	d.Shm = a.sizeShm(pod, ctr, &d)
+	return adj, d
+}
+
+// Nodes asks the kernel, inside the pod's netns, for the pod's RDMA
+// devices with their uverbs nodes, and rdma_cm. It returns nil, with the
+// reason in the decision's Skipped, for a pod whose containers are left
+// alone: it opts out, runs in the host's network namespace, its netns
+// cannot be read, or it holds no RDMA device.
+func (a *Adjuster) Nodes(pod *api.PodSandbox) (*rdmans.VerbsNodes, Decision) {
 	var d Decision
 	if v := pod.GetAnnotations()[AnnotationNRI]; v == Skip {
 		d.Skipped = fmt.Sprintf("the pod opts out (%s: %s)", AnnotationNRI, Skip)
 		return nil, d
 	}
-	d.Netns = PodNetns(pod)
+	d.Netns = netnsOf(pod)
 	if d.Netns == "" {
 		d.Skipped = "the pod has no network namespace of its own (host network)"
 		return nil, d
@@ -93,16 +110,12 @@ func (a *Adjuster) Adjust(pod *api.PodSandbox, ctr *api.Container) (*api.Contain
 		d.Skipped = "no RDMA device in the pod's network namespace " + d.Netns
 		return nil, d
 	}
-	adj := &api.ContainerAdjustment{}
-	a.addDevices(adj, nodes, &d)
-	a.setMemlock(adj, &d)
-	d.Shm = a.sizeShm(pod, ctr, &d)
-	return adj, d
+	return nodes, d
 }
 
-// PodNetns is the path of the pod's network namespace, "" if the pod
+// netnsOf is the path of the pod's network namespace, "" if the pod
 // runs in the host's.
-func PodNetns(pod *api.PodSandbox) string {
+func netnsOf(pod *api.PodSandbox) string {
 	for _, ns := range pod.GetLinux().GetNamespaces() {
 		if ns.GetType() == "network" {
 			return ns.GetPath()
