@@ -32,6 +32,8 @@
 // Start again restarts it on the same state.
 //
 // TraceCNI puts wrappers in front of the CNI plugins that log every call
-// containerd makes (Calls reads them back) and can hold rdma-netns's ADD
-// (Hold), to kill containerd in the middle of RunPodSandbox.
+// containerd makes (Calls reads them back) and can hold a plugin's call
+// before or after the real plugin runs (Hold), to kill containerd, or let
+// a RunPodSandbox deadline expire, in the middle of RunPodSandbox; Killed
+// lists the calls containerd SIGKILLed.
 package cririg

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -19,19 +21,24 @@ const (
 	holdFlag  = TraceDir + "/hold"
 	heldFlag  = TraceDir + "/held"
 	traceBody = `#!/bin/sh
-# cririg's CNI trace: log the call, optionally hold it, run the real plugin
-# (stdin, stdout and stderr are containerd's), log how it exited.
+# cririg's CNI trace: log the call, optionally hold it before and after the
+# real plugin runs (stdin, stdout and stderr are containerd's), log how it
+# exited. A SIGKILLed wrapper logs nothing more: its pid tells it is gone.
 p=${0##*/}
 for s in HUP INT PIPE TERM USR1 USR2 ALRM; do
   trap "echo \"\$p \$CNI_COMMAND-EXIT ${CNI_CONTAINERID:--} sig=$s\" >> %[1]s; exit 1" $s
 done
-echo "$p $CNI_COMMAND ${CNI_CONTAINERID:--} ${CNI_NETNS:--} ${CNI_IFNAME:--} ${CNI_ARGS:--}" >> %[1]s
-if [ -e "%[2]s.$p.$CNI_COMMAND" ]; then
-  echo "$CNI_CONTAINERID" > "%[3]s.$p.$CNI_COMMAND"
-  while [ -e "%[2]s.$p.$CNI_COMMAND" ]; do sleep 0.05; done
-fi
+hold() {
+  if [ -e "%[2]s.$p.$1" ]; then
+    echo "$CNI_CONTAINERID" > "%[3]s.$p.$1"
+    while [ -e "%[2]s.$p.$1" ]; do sleep 0.05; done
+  fi
+}
+echo "$p $CNI_COMMAND ${CNI_CONTAINERID:--} ${CNI_NETNS:--} ${CNI_IFNAME:--} ${CNI_ARGS:--} pid=$$" >> %[1]s
+hold "$CNI_COMMAND"
 %[4]s/$p "$@"
 rc=$?
+hold "$CNI_COMMAND-RESULT"
 echo "$p $CNI_COMMAND-EXIT ${CNI_CONTAINERID:--} rc=$rc" >> %[1]s
 exit $rc
 `
@@ -61,6 +68,7 @@ func TraceCNI() (string, error) {
 type Call struct {
 	Plugin, Command, ContainerID, Netns, IfName string
 	Args                                        map[string]string // CNI_ARGS
+	PID                                         int               // the wrapper's
 }
 
 // Calls reads the trace log.
@@ -81,6 +89,9 @@ func Calls() ([]Call, error) {
 		if c.Netns == "-" {
 			c.Netns = ""
 		}
+		if len(fs) > 6 {
+			c.PID, _ = strconv.Atoi(strings.TrimPrefix(fs[6], "pid="))
+		}
 		if len(fs) > 5 && fs[5] != "-" {
 			for _, kv := range strings.Split(fs[5], ";") {
 				k, v, _ := strings.Cut(kv, "=")
@@ -96,7 +107,9 @@ func Calls() ([]Call, error) {
 func ResetCalls() error { return os.WriteFile(traceLog, nil, 0o644) }
 
 // Hold makes the next calls of plugin with command (e.g. "rdma-netns",
-// "ADD") wait before running the real plugin, until Release.
+// "ADD") wait before running the real plugin, until Release. With command
+// "ADD-RESULT" (any command and "-RESULT") they wait after the real plugin
+// has done its work and written its result, before they exit.
 func Hold(plugin, command string) error {
 	os.Remove(heldFlag + "." + plugin + "." + command)
 	return os.WriteFile(holdFlag+"."+plugin+"."+command, nil, 0o644)
@@ -123,6 +136,7 @@ func Release(plugin, command string) error {
 // ones a killed containerd left running, and returns how many there were
 // and how many exited with SIGPIPE (141): a plugin whose containerd died
 // is killed when it writes its result to the pipe nobody reads any more.
+// A call whose wrapper was SIGKILLed (Killed) counts as exited.
 func WaitCallsDone(timeout time.Duration) (calls, sigpipe int, err error) {
 	err = Wait(timeout, "every traced CNI call exited", func() (bool, error) {
 		data, err := os.ReadFile(traceLog)
@@ -131,6 +145,7 @@ func WaitCallsDone(timeout time.Duration) (calls, sigpipe int, err error) {
 		}
 		starts, pipes := 0, 0
 		running := map[string]int{} // plugin, command, container -> calls not exited
+		pids := map[string][]int{}
 		for _, l := range strings.Split(string(data), "\n") {
 			fs := strings.Fields(l)
 			switch {
@@ -142,12 +157,16 @@ func WaitCallsDone(timeout time.Duration) (calls, sigpipe int, err error) {
 			case len(fs) >= 5:
 				starts++
 				running[fs[0]+" "+fs[1]+" "+fs[2]]++
+				if len(fs) > 6 {
+					pid, _ := strconv.Atoi(strings.TrimPrefix(fs[6], "pid="))
+					pids[fs[0]+" "+fs[1]+" "+fs[2]] = append(pids[fs[0]+" "+fs[1]+" "+fs[2]], pid)
+				}
 			}
 		}
 		calls, sigpipe = starts, pipes
 		var left []string
 		for k, n := range running {
-			if n != 0 {
+			if n != 0 && !allGone(pids[k]) {
 				left = append(left, fmt.Sprintf("%s (%d)", k, n))
 			}
 		}
@@ -157,4 +176,47 @@ func WaitCallsDone(timeout time.Duration) (calls, sigpipe int, err error) {
 		return true, nil
 	})
 	return calls, sigpipe, err
+}
+
+// Killed are the calls whose wrapper is gone without logging an exit: it
+// was SIGKILLed (the trap logs every other signal), as libcni kills a
+// plugin when containerd cancels the call's context.
+func Killed() ([]Call, error) {
+	calls, err := Calls()
+	if err != nil {
+		return nil, err
+	}
+	data, err := os.ReadFile(traceLog)
+	if err != nil {
+		return nil, err
+	}
+	exits := map[string]int{}
+	for _, l := range strings.Split(string(data), "\n") {
+		if fs := strings.Fields(l); len(fs) >= 4 && strings.HasSuffix(fs[1], "-EXIT") {
+			exits[fs[0]+" "+strings.TrimSuffix(fs[1], "-EXIT")+" "+fs[2]]++
+		}
+	}
+	var killed []Call
+	for _, c := range calls {
+		k := c.Plugin + " " + c.Command + " " + c.ContainerID
+		if exits[k] > 0 {
+			exits[k]--
+			continue
+		}
+		if c.PID != 0 && allGone([]int{c.PID}) {
+			killed = append(killed, c)
+		}
+	}
+	return killed, nil
+}
+
+// allGone tells whether no process of pids exists any more (and there is
+// at least one).
+func allGone(pids []int) bool {
+	for _, pid := range pids {
+		if pid == 0 || syscall.Kill(pid, 0) != syscall.ESRCH {
+			return false
+		}
+	}
+	return len(pids) > 0
 }
