@@ -5,7 +5,6 @@ package cri_test
 import (
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -176,71 +175,22 @@ func hasCap(status string, bit uint) bool {
 	return false
 }
 
-// serve runs a verbs server with ExecSync in the background and waits for
-// its TCP port (18515, where the verbs examples and perftest exchange QP
-// numbers) to listen in the pod.
-func serve(t *testing.T, p tools, argv []string) func() (string, error) {
-	t.Helper()
-	var wg sync.WaitGroup
-	var out string
-	var err error
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		var r cririg.ExecResult
-		r, err = ctd.Exec(ctx(t), p.ctr, 2*time.Minute, argv...)
-		out = r.Stdout + r.Stderr
-	}()
-	if err := ctd.WaitListening(ctx(t), p.ctr, 18515, 30*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	return func() (string, error) {
-		wg.Wait()
-		return out, err
-	}
-}
+func (p tools) endpoint() cririg.Endpoint { return cririg.Endpoint{Ctr: p.ctr, Net: p.net} }
 
 func pingPong(t *testing.T, srv, cli tools, size, iters int) rig.PingPong {
 	t.Helper()
-	wait := serve(t, srv, rig.PingPongArgs(srv.net.RDMA, size, iters, ""))
-	r, cerr := ctd.Exec(ctx(t), cli.ctr, 2*time.Minute, rig.PingPongArgs(cli.net.RDMA, size, iters, srv.net.IP)...)
-	sout, serr := wait()
-	if cerr != nil || serr != nil {
-		t.Fatalf("ibv_rc_pingpong: client: %v\n%s%s\nserver: %v\n%s", cerr, r.Stdout, r.Stderr, serr, sout)
-	}
-	pp, err := rig.ParsePingPong(r.Stdout + r.Stderr)
+	pp, err := ctd.PingPong(ctx(t), srv.endpoint(), cli.endpoint(), size, iters)
 	if err != nil {
 		t.Fatal(err)
-	}
-	if pp.Iters != iters {
-		t.Fatalf("ibv_rc_pingpong: %d iterations, want %d", pp.Iters, iters)
 	}
 	return pp
 }
 
-// writeBW runs ib_write_bw from cli to srv. perftest's clock calibration
-// sometimes fails under the VM's emulated CPU and reports 0 MB/s although
-// every write completed (rig.RunWriteBW): such a run is repeated.
 func writeBW(t *testing.T, srv, cli tools, size, iters int) rig.WriteBW {
 	t.Helper()
-	for try := 0; ; try++ {
-		wait := serve(t, srv, rig.WriteBWArgs(srv.net.RDMA, size, iters, ""))
-		r, cerr := ctd.Exec(ctx(t), cli.ctr, 2*time.Minute, rig.WriteBWArgs(cli.net.RDMA, size, iters, srv.net.IP)...)
-		sout, serr := wait()
-		out := r.Stdout + r.Stderr
-		if cerr != nil || serr != nil {
-			t.Fatalf("ib_write_bw: client: %v\n%s\nserver: %v\n%s", cerr, out, serr, sout)
-		}
-		if strings.Contains(out, "Correlation coefficient r^2") && try < 2 {
-			continue
-		}
-		bw, err := rig.ParseWriteBW(out)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if bw.Iters != iters || bw.Bytes != size {
-			t.Fatalf("ib_write_bw: %d iterations of %d bytes, want %d of %d:\n%s", bw.Iters, bw.Bytes, iters, size, out)
-		}
-		return bw
+	bw, err := ctd.WriteBW(ctx(t), srv.endpoint(), cli.endpoint(), size, iters)
+	if err != nil {
+		t.Fatal(err)
 	}
+	return bw
 }

@@ -415,67 +415,20 @@ func TestRestarts(t *testing.T) {
 	wantAdjusted(t, runContainer(t, pod, containerConfig("after-runtime-restart")), 1<<20)
 }
 
-// serve runs a verbs server in c in the background until its TCP port
-// (18515) listens.
-func serve(t *testing.T, c *cririg.Container, argv []string) func() (string, error) {
-	t.Helper()
-	var wg sync.WaitGroup
-	var out string
-	var err error
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		var r cririg.ExecResult
-		r, err = ctd.Exec(context.Background(), c, 2*time.Minute, argv...)
-		out = r.Stdout + r.Stderr
-	}()
-	werr := cririg.Wait(30*time.Second, argv[0]+" listening", func() (bool, error) {
-		r, err := ctd.Exec(ctx(t), c, 10*time.Second, "cat", "/proc/net/tcp", "/proc/net/tcp6")
-		return strings.Contains(r.Stdout, ":4853 00000000:0000 0A") || strings.Contains(r.Stdout, ":4853 00000000000000000000000000000000:0000 0A"), err
-	})
-	if werr != nil {
-		t.Fatal(werr)
-	}
-	return func() (string, error) {
-		wg.Wait()
-		return out, err
-	}
-}
-
 func pingPong(t *testing.T, srv, cli *cririg.Container, sn, cn cririg.Network, size, iters int) rig.PingPong {
 	t.Helper()
-	wait := serve(t, srv, rig.PingPongArgs(sn.RDMA, size, iters, ""))
-	r, cerr := ctd.Exec(ctx(t), cli, 2*time.Minute, rig.PingPongArgs(cn.RDMA, size, iters, sn.IP)...)
-	sout, serr := wait()
-	if cerr != nil || serr != nil {
-		t.Fatalf("ibv_rc_pingpong: client: %v\n%s%s\nserver: %v\n%s", cerr, r.Stdout, r.Stderr, serr, sout)
-	}
-	pp, err := rig.ParsePingPong(r.Stdout + r.Stderr)
-	if err != nil || pp.Iters != iters {
-		t.Fatalf("ibv_rc_pingpong: %+v, %v", pp, err)
+	pp, err := ctd.PingPong(ctx(t), cririg.Endpoint{Ctr: srv, Net: sn}, cririg.Endpoint{Ctr: cli, Net: cn}, size, iters)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return pp
 }
 
-// writeBW repeats a run whose clock calibration failed under the VM's
-// emulated CPU (every write completed, 0 MB/s reported).
 func writeBW(t *testing.T, srv, cli *cririg.Container, sn, cn cririg.Network, size, iters int) rig.WriteBW {
 	t.Helper()
-	for try := 0; ; try++ {
-		wait := serve(t, srv, rig.WriteBWArgs(sn.RDMA, size, iters, ""))
-		r, cerr := ctd.Exec(ctx(t), cli, 2*time.Minute, rig.WriteBWArgs(cn.RDMA, size, iters, sn.IP)...)
-		sout, serr := wait()
-		out := r.Stdout + r.Stderr
-		if cerr != nil || serr != nil {
-			t.Fatalf("ib_write_bw: client: %v\n%s\nserver: %v\n%s", cerr, out, serr, sout)
-		}
-		if strings.Contains(out, "Correlation coefficient r^2") && try < 2 {
-			continue
-		}
-		bw, err := rig.ParseWriteBW(out)
-		if err != nil || bw.Iters != iters || bw.Bytes != size {
-			t.Fatalf("ib_write_bw: %+v, %v:\n%s", bw, err, out)
-		}
-		return bw
+	bw, err := ctd.WriteBW(ctx(t), cririg.Endpoint{Ctr: srv, Net: sn}, cririg.Endpoint{Ctr: cli, Net: cn}, size, iters)
+	if err != nil {
+		t.Fatal(err)
 	}
+	return bw
 }
