@@ -131,16 +131,7 @@ func deadlineDuringADD(t *testing.T, hold string) {
 		t.Fatal(err)
 	}
 	t.Logf("the retry: %d refused with \"name is reserved\", then sandbox %s", reserved, pod.ID)
-	podHolds(t, pod, n.RDMA)
-	devs, err := cririg.VerbsDevices(pod.Netns, n.RDMA)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctr, err := ctd.RunContainer(ctx(t), pod, cririg.ContainerSpec{Name: "tools", Devices: devs, AddCaps: []string{"IPC_LOCK"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := tools{pod, ctr, n}
+	p := toolsIn(t, pod, n)
 	if out := p.exec(t, 30*time.Second, "ibv_devices"); !strings.Contains(out, n.RDMA) {
 		t.Fatalf("ibv_devices in the retried pod:\n%s", out)
 	}

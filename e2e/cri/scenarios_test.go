@@ -66,6 +66,13 @@ func runTools(t *testing.T, name, handler string) tools {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return toolsIn(t, pod, n)
+}
+
+// toolsIn checks that pod holds its network's RDMA device and runs the
+// tools container in it, with the device's nodes and IPC_LOCK.
+func toolsIn(t *testing.T, pod *cririg.Pod, n cririg.Network) tools {
+	t.Helper()
 	podHolds(t, pod, n.RDMA)
 	devs, err := cririg.VerbsDevices(pod.Netns, n.RDMA)
 	if err != nil {
