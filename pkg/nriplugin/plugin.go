@@ -26,9 +26,14 @@ type plugin struct {
 }
 
 // Configure is the runtime saying hello; the default event mask (the
-// handlers below) is what we want.
+// handlers below) is what we want. A node not in exclusive mode is said
+// once here, at each connection, rather than at every container: no
+// container will be adjusted (each one's decision says so at debug).
 func (p *plugin) Configure(_ context.Context, _, runtime, version string) (api.EventMask, error) {
 	p.log.Infof("connected to %s %s", runtime, version)
+	if reason := p.adj.NotExclusive(); reason != "" {
+		p.log.Errorf("%s", reason)
+	}
 	return 0, nil
 }
 
@@ -45,7 +50,7 @@ func (p *plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 		p.log.Warnf("%s: %s (%s)", name, d, took)
 	case adj != nil:
 		p.log.Infof("%s: %s (%s)", name, d, took)
-	case strings.HasPrefix(d.Skipped, "cannot"):
+	case d.Outcome == podadjust.NetnsUnknown:
 		p.log.Warnf("%s: %s", name, d)
 	default:
 		p.log.Debugf("%s: %s", name, d)

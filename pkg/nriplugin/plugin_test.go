@@ -22,8 +22,16 @@ import (
 	"github.com/rdma-netns/rdma-netns/pkg/rdmans"
 )
 
-// fakeKernel: the netns /run/netns/rdma-pod holds rxe0 (uverbs0).
-type fakeKernel struct{}
+// fakeKernel: the netns /run/netns/rdma-pod holds rxe0 (uverbs0); the
+// mode is exclusive unless mode says otherwise.
+type fakeKernel struct{ mode string }
+
+func (k fakeKernel) NetnsMode() (string, error) {
+	if k.mode == "" {
+		return rdmans.ModeExclusive, nil
+	}
+	return k.mode, nil
+}
 
 func (fakeKernel) VerbsNodesIn(nsPath string) (*rdmans.VerbsNodes, error) {
 	if nsPath != "/run/netns/rdma-pod" {
@@ -224,5 +232,48 @@ func TestRunStubError(t *testing.T) {
 	err := run(ctx, logging.Discard(), func(func()) (stub.Stub, error) { return nil, errors.New("no handler") })
 	if err == nil || !strings.Contains(err.Error(), "cannot set up the NRI plugin: no handler") {
 		t.Fatalf("run = %v, want the stub's error", err)
+	}
+}
+
+// servePlugin runs plugin p against the runtime at socket until the test
+// ends, and waits until the runtime has synchronized it.
+func servePlugin(t *testing.T, p *plugin, socket string, logs *syncBuffer) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		run(ctx, p.log, stubs(p, socket, "50"))
+		close(done)
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(logs.String(), "at connection") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the plugin did not connect:\n%s", logs)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// In shared mode the plugin says once, when it connects, that it adjusts
+// nothing and how to fix it; a container of a pod whose netns sees rxe0
+// then gets nothing, and nothing is logged per container above debug.
+func TestPluginSharedMode(t *testing.T) {
+	socket := filepath.Join(t.TempDir(), "nri.sock")
+	rdmaPod := testPod("rdma-pod", "/run/netns/rdma-pod", nil)
+	r := runtime(t, socket, nil, nil)
+	defer r.Stop()
+	logs := &syncBuffer{}
+	p := &plugin{adj: &podadjust.Adjuster{Policy: podadjust.DefaultPolicy, Kernel: fakeKernel{mode: rdmans.ModeShared}, Shm: noShm{}},
+		log: logging.NewWriter(logs, "info")}
+	servePlugin(t, p, socket, logs)
+	for _, name := range []string{"nccl", "sidecar"} {
+		if adj := create(t, r, rdmaPod, name, false); len(adj.GetLinux().GetDevices()) > 0 || len(adj.GetRlimits()) > 0 {
+			t.Fatalf("a container was adjusted in shared mode: %v", adj)
+		}
+	}
+	l := logs.String()
+	if strings.Count(l, "shared netns mode") != 1 || !strings.Contains(l, "netns_mode=0") || strings.Contains(l, "nccl") {
+		t.Fatalf("want the shared mode and its fix said once, at connection, and no line per container:\n%s", l)
 	}
 }

@@ -14,6 +14,9 @@ import (
 
 // Kernel is what the adjustment asks the running kernel.
 type Kernel interface {
+	// NetnsMode is the RDMA subsystem's netns mode (rdmans.ModeExclusive
+	// or rdmans.ModeShared).
+	NetnsMode() (string, error)
 	// VerbsNodesIn lists the RDMA devices of the netns at nsPath with
 	// their uverbs nodes, and rdma_cm.
 	VerbsNodesIn(nsPath string) (*rdmans.VerbsNodes, error)
@@ -39,11 +42,36 @@ type Adjuster struct {
 	SameAsSelf func(nsPath string) bool
 }
 
+// Outcome is what Adjust did with a container, as a value the plugin
+// chooses its log level from.
+type Outcome int
+
+// The outcomes. Every one but Adjusted leaves the container as the
+// runtime made it.
+const (
+	// Adjusted: the pod holds RDMA devices; the container gets them.
+	Adjusted Outcome = iota
+	// OptedOut: the pod carries rdma-netns.io/nri: skip.
+	OptedOut
+	// HostNetwork: the pod has no network namespace of its own.
+	HostNetwork
+	// NotExclusive: the RDMA subsystem is not known to be in exclusive
+	// netns mode (shared, or the mode cannot be read), so no netns can be
+	// shown to hold a device of its own: in shared mode every netns sees
+	// every device of the node.
+	NotExclusive
+	// NetnsUnknown: the pod's network namespace cannot be opened or read.
+	NetnsUnknown
+	// NoDevice: the pod's network namespace holds no RDMA device.
+	NoDevice
+)
+
 // Decision says what Adjust did to one container and why, for the log.
 type Decision struct {
-	// Skipped says why the container was left alone ("" if adjusted).
-	Skipped string
-	Netns   string
+	Outcome Outcome
+	// Reason says why a container was left alone ("" if adjusted).
+	Reason string
+	Netns  string
 	// Devices are the pod's RDMA devices; Nodes the device nodes added.
 	Devices []string
 	Nodes   []string
@@ -54,8 +82,8 @@ type Decision struct {
 }
 
 func (d Decision) String() string {
-	if d.Skipped != "" {
-		return "not adjusted: " + d.Skipped
+	if d.Outcome != Adjusted {
+		return "not adjusted: " + d.Reason
 	}
 	s := fmt.Sprintf("pod netns %s holds %s: devices %s, memlock %s, /dev/shm %s",
 		d.Netns, strings.Join(d.Devices, ","), strings.Join(d.Nodes, " "), d.Memlock, d.Shm)
@@ -63,6 +91,10 @@ func (d Decision) String() string {
 		s += "; " + strings.Join(d.Warnings, "; ")
 	}
 	return s
+}
+
+func (d *Decision) skip(o Outcome, reason string) {
+	d.Outcome, d.Reason = o, reason
 }
 
 // Adjust decides the adjustment of a container being created in pod.
@@ -83,35 +115,60 @@ func (a *Adjuster) Adjust(pod *api.PodSandbox, ctr *api.Container) (*api.Contain
 
 // Nodes asks the kernel, inside the pod's netns, for the pod's RDMA
 // devices with their uverbs nodes, and rdma_cm. It returns nil, with the
-// reason in the decision's Skipped, for a pod whose containers are left
-// alone: it opts out, runs in the host's network namespace, its netns
-// cannot be read, or it holds no RDMA device.
+// reason in the decision, for a pod whose containers are left alone: it
+// opts out, runs in the host's network namespace, the node is not in
+// exclusive mode, its netns cannot be read, or it holds no RDMA device.
 func (a *Adjuster) Nodes(pod *api.PodSandbox) (*rdmans.VerbsNodes, Decision) {
 	var d Decision
 	if v := pod.GetAnnotations()[AnnotationNRI]; v == Skip {
-		d.Skipped = fmt.Sprintf("the pod opts out (%s: %s)", AnnotationNRI, Skip)
+		d.skip(OptedOut, fmt.Sprintf("the pod opts out (%s: %s)", AnnotationNRI, Skip))
+		return nil, d
+	}
+	if reason := a.NotExclusive(); reason != "" {
+		d.skip(NotExclusive, reason)
 		return nil, d
 	}
 	d.Netns = netnsOf(pod)
 	if d.Netns == "" {
-		d.Skipped = "the pod has no network namespace of its own (host network)"
+		d.skip(HostNetwork, "the pod has no network namespace of its own (host network)")
 		return nil, d
 	}
 	if a.SameAsSelf != nil && a.SameAsSelf(d.Netns) {
-		d.Skipped = "the pod's network namespace is the host's"
+		d.skip(HostNetwork, "the pod's network namespace is the host's")
 		return nil, d
 	}
 	nodes, err := a.Kernel.VerbsNodesIn(d.Netns)
 	if err != nil {
-		d.Skipped = fmt.Sprintf("cannot read the RDMA devices of the pod's netns: %v", err)
+		d.skip(NetnsUnknown, fmt.Sprintf("cannot read the RDMA devices of the pod's netns: %v", err))
 		return nil, d
 	}
 	if len(nodes.Devices) == 0 {
-		d.Skipped = "no RDMA device in the pod's network namespace " + d.Netns
+		d.skip(NoDevice, "no RDMA device in the pod's network namespace "+d.Netns)
 		return nil, d
 	}
 	return nodes, d
 }
+
+// NotExclusive says why the kernel's RDMA netns mode forbids giving any
+// pod a device, "" when it is exclusive. "This netns holds that device"
+// proves the pod owns it only in exclusive mode: in shared mode every
+// netns sees every device of the node, so the pod of a plain network
+// would get them all. A mode that cannot be read grants nothing either.
+func (a *Adjuster) NotExclusive() string {
+	mode, err := a.Kernel.NetnsMode()
+	switch {
+	case err != nil:
+		return fmt.Sprintf("cannot read the RDMA netns mode (%v), so no pod can be shown to own a device; %s", err, ExclusiveFix)
+	case mode != rdmans.ModeExclusive:
+		return fmt.Sprintf("the RDMA subsystem is in %s netns mode, where every pod sees every RDMA device of the node; %s", mode, ExclusiveFix)
+	}
+	return ""
+}
+
+// ExclusiveFix is what the operator does about a node not in exclusive
+// mode (README, "Prepare the nodes").
+const ExclusiveFix = "no container is adjusted until the node runs in exclusive mode: set it at boot " +
+	"(options ib_core netns_mode=0 in /etc/modprobe.d, then reboot; README step 1)"
 
 // netnsOf is the path of the pod's network namespace, "" if the pod
 // runs in the host's.

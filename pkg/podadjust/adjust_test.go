@@ -13,12 +13,17 @@ import (
 )
 
 // fakeKernel answers from a map of netns path -> what the kernel would
-// say from inside it, and counts the questions.
+// say from inside it, and counts the questions. Its netns mode is mode,
+// or modeErr.
 type fakeKernel struct {
-	in    map[string]*rdmans.VerbsNodes
-	err   error
-	asked []string
+	in      map[string]*rdmans.VerbsNodes
+	err     error
+	asked   []string
+	mode    string
+	modeErr error
 }
+
+func (k *fakeKernel) NetnsMode() (string, error) { return k.mode, k.modeErr }
 
 func (k *fakeKernel) VerbsNodesIn(nsPath string) (*rdmans.VerbsNodes, error) {
 	k.asked = append(k.asked, nsPath)
@@ -70,7 +75,7 @@ var rdmaCM = &rdmans.CharDev{Name: "rdma_cm", Major: 10, Minor: 122}
 // world is a node with pod netns podNetns holding rxe1 (uverbs1), another
 // pod's netns holding rxe2 (uverbs2), and the sandbox's tmpfs at 64 MiB.
 func world() (*Adjuster, *fakeKernel, *fakeShm) {
-	k := &fakeKernel{in: map[string]*rdmans.VerbsNodes{
+	k := &fakeKernel{mode: rdmans.ModeExclusive, in: map[string]*rdmans.VerbsNodes{
 		podNetns:                   {Devices: []rdmans.VerbsNode{{Device: "rxe1", Uverbs: uverbs(1)}}, RdmaCM: rdmaCM},
 		"/var/run/netns/cni-other": {Devices: []rdmans.VerbsNode{{Device: "rxe2", Uverbs: uverbs(2)}}, RdmaCM: rdmaCM},
 	}}
@@ -153,7 +158,7 @@ func TestAdjustRDMAPod(t *testing.T) {
 	if !slices.Equal(k.asked, []string{podNetns}) {
 		t.Fatalf("kernel asked about %v, want the pod's netns only", k.asked)
 	}
-	if d.Skipped != "" || !strings.Contains(d.String(), "rxe1") || !strings.Contains(d.Shm, "1Gi") {
+	if d.Outcome != Adjusted || !strings.Contains(d.String(), "rxe1") || !strings.Contains(d.Shm, "1Gi") {
 		t.Fatalf("decision %q", d)
 	}
 	// The pod's second container: same devices, /dev/shm already at size.
@@ -167,27 +172,28 @@ func TestAdjustRDMAPod(t *testing.T) {
 // touched, not even their /dev/shm.
 func TestAdjustLeavesOthersAlone(t *testing.T) {
 	for _, tc := range []struct {
-		name   string
-		pod    func() *api.PodSandbox
-		self   bool
-		err    error
-		asked  bool
-		reason string
+		name    string
+		pod     func() *api.PodSandbox
+		self    bool
+		err     error
+		asked   bool
+		outcome Outcome
+		reason  string
 	}{
 		{"no RDMA device", func() *api.PodSandbox {
 			p := pod(nil, 0)
 			p.Linux.Namespaces[2].Path = "/var/run/netns/cni-empty"
 			return p
-		}, false, nil, true, "no RDMA device"},
-		{"opted out", func() *api.PodSandbox { return pod(map[string]string{AnnotationNRI: Skip}, 0) }, false, nil, false, "opts out"},
+		}, false, nil, true, NoDevice, "no RDMA device"},
+		{"opted out", func() *api.PodSandbox { return pod(map[string]string{AnnotationNRI: Skip}, 0) }, false, nil, false, OptedOut, "opts out"},
 		{"host network", func() *api.PodSandbox {
 			p := pod(nil, 0)
 			p.Linux.Namespaces = p.Linux.Namespaces[:2]
 			return p
-		}, false, nil, false, "host network"},
-		{"netns path opens the host's", func() *api.PodSandbox { return pod(nil, 0) }, true, nil, false, "the host's"},
-		{"kernel cannot answer", func() *api.PodSandbox { return pod(nil, 0) }, false, errors.New("enter netns: no such file"), true, "no such file"},
-		{"no Linux section", func() *api.PodSandbox { return &api.PodSandbox{Id: sandboxID} }, false, nil, false, "host network"},
+		}, false, nil, false, HostNetwork, "host network"},
+		{"netns path opens the host's", func() *api.PodSandbox { return pod(nil, 0) }, true, nil, false, HostNetwork, "the host's"},
+		{"kernel cannot answer", func() *api.PodSandbox { return pod(nil, 0) }, false, errors.New("enter netns: no such file"), true, NetnsUnknown, "no such file"},
+		{"no Linux section", func() *api.PodSandbox { return &api.PodSandbox{Id: sandboxID} }, false, nil, false, HostNetwork, "host network"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a, k, s := world()
@@ -197,14 +203,53 @@ func TestAdjustLeavesOthersAlone(t *testing.T) {
 			if adj != nil {
 				t.Fatalf("adjusted: %+v", adj)
 			}
-			if !strings.Contains(d.Skipped, tc.reason) {
-				t.Fatalf("reason %q, want it to say %q", d.Skipped, tc.reason)
+			if d.Outcome != tc.outcome || !strings.Contains(d.Reason, tc.reason) {
+				t.Fatalf("outcome %d %q, want %d saying %q", d.Outcome, d.Reason, tc.outcome, tc.reason)
 			}
 			if (len(k.asked) > 0) != tc.asked {
 				t.Fatalf("kernel asked %v", k.asked)
 			}
 			if len(s.resized) > 0 {
 				t.Fatalf("/dev/shm resized: %v", s.resized)
+			}
+		})
+	}
+}
+
+// In shared mode every netns sees every RDMA device, so "the pod's netns
+// holds rxe1" proves nothing: a pod holding rxe1, like any other, gets no
+// device, no memlock and no /dev/shm; so does every pod when the mode
+// cannot be read. The reason names the fix.
+func TestAdjustNothingOutsideExclusiveMode(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		mode    string
+		modeErr error
+		say     string
+	}{
+		{"shared", rdmans.ModeShared, nil, "shared netns mode"},
+		{"unreadable", "", errors.New("the kernel's RDMA subsystem does not answer"), "cannot read the RDMA netns mode"},
+		{"unknown answer", "bogus", nil, "bogus netns mode"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, k, s := world()
+			k.mode, k.modeErr = tc.mode, tc.modeErr
+			for _, netns := range []string{podNetns, "/var/run/netns/cni-plain"} {
+				p := pod(nil, 0)
+				p.Linux.Namespaces[2].Path = netns
+				adj, d := a.Adjust(p, container(shmPath, 0))
+				if adj != nil {
+					t.Fatalf("pod in %s adjusted in %s mode: devices %v, memlock %v", netns, tc.name, devicePaths(adj), memlock(adj))
+				}
+				if d.Outcome != NotExclusive || !strings.Contains(d.Reason, tc.say) || !strings.Contains(d.Reason, "netns_mode=0") {
+					t.Fatalf("outcome %d %q, want NotExclusive saying %q and the fix", d.Outcome, d.Reason, tc.say)
+				}
+			}
+			if len(s.resized) > 0 || len(k.asked) > 0 {
+				t.Fatalf("/dev/shm resized %v, kernel asked about %v", s.resized, k.asked)
+			}
+			if a.NotExclusive() == "" {
+				t.Fatal("NotExclusive says nothing")
 			}
 		})
 	}
