@@ -36,15 +36,26 @@ const (
 	plainHandler = "plain"
 	plainConfDir = cririg.Dir + "/plain.d"
 	plainNetdev  = "nriplain0"
+	// sharedHandler runs pods, in the shared-mode VM, on a NIC of their
+	// own whose chain has rdma-netns with allowSharedMode: ADD succeeds
+	// and the pod's netns sees every RDMA device of the node.
+	sharedHandler = "shared-ok"
+	sharedConfDir = cririg.Dir + "/shared-ok.d"
 )
 
 // plainRuntime adds the plain handler to containerd's config.
-var plainRuntime = fmt.Sprintf(`[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.%[1]s]
+var plainRuntime = runtimeConf(plainHandler, plainConfDir)
+
+// runtimeConf is containerd's config of a runtime handler whose pods get
+// the network of the conflist in confDir.
+func runtimeConf(handler, confDir string) string {
+	return fmt.Sprintf(`[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.%[1]s]
   runtime_type = 'io.containerd.runc.v2'
   cni_conf_dir = %[2]q
   cni_max_conf_num = 1
 [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.%[1]s.options]
-  NoPivotRoot = true`, plainHandler, plainConfDir)
+  NoPivotRoot = true`, handler, confDir)
+}
 
 var (
 	ctd    *cririg.Containerd
@@ -56,10 +67,6 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
-	if cririg.NetnsMode() != "exclusive" {
-		fmt.Println("nri: the exclusive-mode VM's tests; skipped")
-		return 0
-	}
 	if err := cririg.Setup(); err != nil {
 		fmt.Fprintln(os.Stderr, "cri setup:", err)
 		return 1
@@ -77,8 +84,16 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	extra := plainRuntime
+	if cririg.NetnsMode() == "shared" {
+		if err := writeSharedNetwork(); err != nil {
+			fmt.Fprintln(os.Stderr, "shared-mode network:", err)
+			return 1
+		}
+		extra += "\n" + runtimeConf(sharedHandler, sharedConfDir)
+	}
 	var err error
-	if ctd, err = cririg.Start(cririg.Options{Extra: plainRuntime}); err != nil {
+	if ctd, err = cririg.Start(cririg.Options{Extra: extra}); err != nil {
 		fmt.Fprintln(os.Stderr, "containerd:", err)
 		return 1
 	}
@@ -108,6 +123,32 @@ func run(m *testing.M) int {
 		fmt.Print(string(data))
 	}
 	return rc
+}
+
+// writeSharedNetwork writes the shared-ok handler's network: the VM's
+// last NIC (no other handler's) with host-device, then rdma-netns with
+// allowSharedMode.
+func writeSharedNetwork() error {
+	nics, err := rig.Layout()
+	if err != nil {
+		return err
+	}
+	if len(nics) < 4 {
+		return fmt.Errorf("want a fourth NIC (vm-run.sh --nics 4), the VM has %d", len(nics))
+	}
+	if err := os.MkdirAll(sharedConfDir, 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(sharedConfDir, "shared-ok.conflist"), []byte(`{"cniVersion": "1.1.0", "name": "shared-ok", "plugins": [
+  {"type": "host-device", "device": "`+nics[len(nics)-1].Netdev+`", "ipam": {"type": "static", "addresses": [{"address": "10.100.251.2/24"}]}},
+  {"type": "rdma-netns", "allowSharedMode": true}]}`), 0o644)
+}
+
+// exclusiveOnly skips a test of the exclusive-mode VM elsewhere.
+func exclusiveOnly(t *testing.T) {
+	if cririg.NetnsMode() != "exclusive" {
+		t.Skip("the exclusive-mode VM's test")
+	}
 }
 
 func ctx(t *testing.T) context.Context {
@@ -259,6 +300,7 @@ func doctor(t *testing.T, c *cririg.Container) (findings []struct{ Severity, Che
 // which failed with "Couldn't register MR" without memlock). A container
 // handed every uverbs node by hand still opens only its pod's.
 func TestUnprivilegedPods(t *testing.T) {
+	exclusiveOnly(t)
 	a := runPod(t, "nri-a", "rdma-eth1", podOpts{})
 	b := runPod(t, "nri-b", "rdma-eth2", podOpts{})
 	aw := runContainer(t, a, containerConfig("worker"))
@@ -314,6 +356,7 @@ func TestUnprivilegedPods(t *testing.T) {
 // and the doctor says what the opted-out one lacks; the pod annotation
 // sizes /dev/shm, capped at the pod's memory limit, or keeps 64 MiB.
 func TestPolicy(t *testing.T) {
+	exclusiveOnly(t)
 	// The four pods start together (each on its own network).
 	specs := []struct {
 		name, handler string
@@ -378,6 +421,7 @@ func TestPolicy(t *testing.T) {
 // the next ones. containerd killed and restarted: the plugin connects to
 // the new one by itself.
 func TestRestarts(t *testing.T) {
+	exclusiveOnly(t)
 	pod := runPod(t, "nri-restart", "rdma-eth1", podOpts{})
 	first := runContainer(t, pod, containerConfig("first"))
 	wantAdjusted(t, first, 1<<20)
@@ -413,6 +457,70 @@ func TestRestarts(t *testing.T) {
 	t.Logf("after containerd's restart the plugin reconnected:\n%s", nririg.LogSince(before))
 	wantAdjusted(t, first, 1<<20)
 	wantAdjusted(t, runContainer(t, pod, containerConfig("after-runtime-restart")), 1<<20)
+}
+
+// In shared mode every netns sees every RDMA device, so the plugin gives
+// nothing to anyone: a pod on a plain network and a pod whose chain has
+// rdma-netns with allowSharedMode, both of whose netns see the node's RDMA
+// devices, get no device node, containerd's memlock and containerd's
+// 64 MiB /dev/shm, asked from inside their containers; the plugin said so
+// once when it connected, with the fix (each container's decision, at
+// debug, names shared mode too).
+func TestSharedModeNothingForAnyone(t *testing.T) {
+	if cririg.NetnsMode() != "shared" {
+		t.Skip("the shared-mode VM's test")
+	}
+	plain := runContainer(t, runPod(t, "nri-shared-plain", plainHandler, podOpts{}), containerConfig("worker"))
+	rdma := runContainer(t, runPod(t, "nri-shared-rdma", sharedHandler, podOpts{}), containerConfig("worker"))
+	memlock := runtimeMemlock(t)
+	for _, c := range []*cririg.Container{plain, rdma} {
+		devs, err := rig.RDMAIn(c.Pod.Netns)
+		if err != nil || len(devs) == 0 {
+			t.Fatalf("the netns of %s sees no RDMA device (%v): shared mode is not what this test runs in", c.Pod.Spec.Name, err)
+		}
+		w := inspect(t, c)
+		t.Logf("%s: netns sees %v; container has /dev/infiniband %v, ulimit -l %s, /dev/shm %d KiB", c.Pod.Spec.Name, devs, w.Nodes, w.Memlock, w.ShmKiB)
+		if len(w.Nodes) != 0 || w.Memlock != memlock || w.ShmKiB != 64<<10 {
+			t.Errorf("container of %s: /dev/infiniband %v, ulimit -l %s, /dev/shm %d KiB; want none, containerd's %s, 64 MiB\nplugin log:\n%s",
+				c.Pod.Spec.Name, w.Nodes, w.Memlock, w.ShmKiB, memlock, nririg.LogSince(0))
+		}
+	}
+	l := nririg.LogSince(0)
+	if strings.Count(l, "ERROR the RDMA subsystem is in shared netns mode") != 1 || !strings.Contains(l, "netns_mode=0") {
+		t.Errorf("the plugin's log does not say shared mode and its fix once, at connection:\n%s", l)
+	}
+	for _, c := range []*cririg.Container{plain, rdma} {
+		if !strings.Contains(l, c.Pod.Spec.Name+"/worker: not adjusted: the RDMA subsystem is in shared netns mode") {
+			t.Errorf("the plugin's log has no decision for %s naming shared mode:\n%s", c.Pod.Spec.Name, l)
+		}
+	}
+}
+
+// runtimeMemlock is the memlock soft limit containerd's containers inherit
+// from it (its own), as `ulimit -l` prints it.
+func runtimeMemlock(t *testing.T) string {
+	t.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/limits", ctd.Pid()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(data), "\n") {
+		rest, ok := strings.CutPrefix(l, "Max locked memory")
+		f := strings.Fields(rest)
+		if !ok || len(f) == 0 {
+			continue
+		}
+		if f[0] == "unlimited" {
+			return f[0]
+		}
+		n, err := strconv.ParseUint(f[0], 10, 64)
+		if err != nil {
+			t.Fatalf("containerd's limits: %q", l)
+		}
+		return strconv.FormatUint(n/1024, 10)
+	}
+	t.Fatalf("no memlock in containerd's limits:\n%s", data)
+	return ""
 }
 
 func pingPong(t *testing.T, srv, cli *cririg.Container, sn, cn cririg.Network, size, iters int) rig.PingPong {
