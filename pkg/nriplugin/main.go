@@ -5,9 +5,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"os/signal"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"syscall"
 	"time"
 
@@ -21,7 +23,7 @@ import (
 	"github.com/rdma-netns/rdma-netns/pkg/rdmans"
 )
 
-const usage = `Usage: rdma-netns-nri [--socket PATH] [--memlock LIMIT] [--shm-size SIZE] [--index NN] [--log-level LEVEL]
+const usage = `Usage: rdma-netns-nri [--socket PATH] [--memlock LIMIT] [--shm-size SIZE] [--sandbox-root DIRS] [--index NN] [--log-level LEVEL]
 
 An NRI plugin for containerd (>= 1.7; on by default in 2.x) and CRI-O
 (>= 1.26, enable_nri). When the runtime creates a container in a pod whose
@@ -30,7 +32,8 @@ to the container: /dev/infiniband/uverbsN of exactly the pod's devices and
 /dev/infiniband/rdma_cm, each allowed in the container's device cgroup; a
 memlock limit (--memlock); and it grows the pod's /dev/shm, which all its
 containers share, to --shm-size (never above the pod's memory limit).
-Pods without an RDMA device are never touched. Per pod:
+Pods without an RDMA device, and every pod of a node not in exclusive RDMA
+netns mode (where every netns sees every device), are never touched. Per pod:
   rdma-netns.io/nri: skip          leave every container of the pod alone
   rdma-netns.io/shm-size: 16Gi     this pod's /dev/shm size ("keep": 64 MiB)
 Containers that exist when it connects are listed in the log, not changed.
@@ -42,15 +45,16 @@ Flags:
 
 // Options are the plugin's command line.
 type Options struct {
-	Socket, Memlock, ShmSize, Index, LogLevel string
+	Socket, Memlock, ShmSize, SandboxRoots, Index, LogLevel string
 }
 
 // FlagSet binds the plugin's flags to o, with their defaults.
 func FlagSet(o *Options) *flag.FlagSet {
 	fl := flag.NewFlagSet("rdma-netns-nri", flag.ContinueOnError)
 	fl.StringVar(&o.Socket, "socket", api.DefaultSocketPath, "the runtime's NRI socket `PATH`")
-	fl.StringVar(&o.Memlock, "memlock", "unlimited", "RLIMIT_MEMLOCK (soft and hard) of the containers: `LIMIT` unlimited, a size (64Gi), or keep (the runtime's)")
-	fl.StringVar(&o.ShmSize, "shm-size", podadjust.FormatSize(podadjust.DefaultPolicy.ShmSize), "default `SIZE` of a pod's /dev/shm (16Gi, 512Mi), or keep (the runtime's 64Mi); capped at the pod's memory limit")
+	fl.StringVar(&o.Memlock, "memlock", "unlimited", "RLIMIT_MEMLOCK (soft and hard) of the containers: `LIMIT` unlimited, a Kubernetes quantity (64Gi, 1.5Gi, 2G, 1e9), or keep (the runtime's); a container that has at least that much keeps its own")
+	fl.StringVar(&o.ShmSize, "shm-size", podadjust.FormatSize(podadjust.DefaultPolicy.ShmSize), "default `SIZE` of a pod's /dev/shm, a Kubernetes quantity (16Gi, 1.5Gi, 2G, 1e9), or keep (the runtime's 64Mi); capped at the pod's memory limit")
+	fl.StringVar(&o.SandboxRoots, "sandbox-root", strings.Join(podadjust.DefaultPolicy.SandboxRoots, ","), "comma-separated `DIRS` where the runtime keeps a directory per pod sandbox holding the pod's shm tmpfs (containerd: <state>/io.containerd.grpc.v1.cri/sandboxes, CRI-O: <runroot>/overlay-containers); only a /dev/shm from there is resized")
 	fl.StringVar(&o.Index, "index", "50", "the plugin's two-digit NRI index: `NN` orders it among the runtime's NRI plugins")
 	fl.StringVar(&o.LogLevel, "log-level", "info", "`LEVEL` error, warn, info (one line per adjusted container) or debug (one per container)")
 	return fl
@@ -65,6 +69,15 @@ func (o Options) Policy() (podadjust.Policy, error) {
 	}
 	if p.ShmSize, err = podadjust.ParseShmSize(o.ShmSize); err != nil {
 		return p, fmt.Errorf("--shm-size: %v", err)
+	}
+	for _, root := range strings.Split(o.SandboxRoots, ",") {
+		if !filepath.IsAbs(root) {
+			return p, fmt.Errorf("--sandbox-root %q: want absolute paths, comma-separated", o.SandboxRoots)
+		}
+		p.SandboxRoots = append(p.SandboxRoots, filepath.Clean(root))
+	}
+	if _, err := logging.Level(o.LogLevel); err != nil {
+		return p, fmt.Errorf("--log-level: %v", err)
 	}
 	if !regexp.MustCompile(`^[0-9]{2}$`).MatchString(o.Index) {
 		return p, fmt.Errorf("--index %q must be two digits", o.Index)
@@ -93,8 +106,8 @@ func Main(args []string, stderr io.Writer) int {
 		return 2
 	}
 	log := logging.NewWriter(stderr, o.LogLevel)
-	p := &plugin{adj: &podadjust.Adjuster{Policy: policy, Kernel: rdmans.Netlink{}, Shm: podadjust.Tmpfs{}, SameAsSelf: sameAsSelf()}, log: log}
-	log.Infof("rdma-netns-nri: memlock %s, /dev/shm %s, NRI socket %s", policy.Memlock, shmString(policy.ShmSize), o.Socket)
+	p := &plugin{adj: &podadjust.Adjuster{Policy: policy, Kernel: rdmans.Netlink{}, Shm: podadjust.Tmpfs{}, SameAsSelf: sameAsSelf(), Visible: visible}, log: log}
+	log.Infof("rdma-netns-nri: memlock %s, /dev/shm %s, sandbox roots %s, NRI socket %s", policy.Memlock, shmString(policy.ShmSize), strings.Join(policy.SandboxRoots, ","), o.Socket)
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -175,6 +188,13 @@ func sameAsSelf() func(string) bool {
 		id, ierr := inventory.Identify(path)
 		return err == nil && ierr == nil && id == self
 	}
+}
+
+// visible: the plugin can open path (the runtime's netns directory may
+// not be mounted into the plugin's container).
+func visible(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }
 
 // nriLogger sends the NRI stub's own messages to our log.

@@ -212,11 +212,16 @@ func TestRunRetriesUntilStopped(t *testing.T) {
 }
 
 func TestMainFlags(t *testing.T) {
-	for _, args := range [][]string{{"--memlock", "lots"}, {"--shm-size", "0"}, {"--index", "5"}, {"--socket", "nri.sock"}, {"stray"}} {
+	for _, args := range [][]string{{"--memlock", "lots"}, {"--shm-size", "0"}, {"--shm-size", "2GB"}, {"--index", "5"}, {"--socket", "nri.sock"}, {"stray"},
+		{"--log-level", "verbose"}, {"--sandbox-root", "/run/containerd/io.containerd.grpc.v1.cri/sandboxes,relative"}} {
 		var stderr bytes.Buffer
 		if code := Main(args, &stderr); code != 2 {
 			t.Errorf("%v: exit %d, want 2 (usage error); stderr:\n%s", args, code, stderr.String())
 		}
+	}
+	o := Options{Socket: "/run/nri.sock", Memlock: "1.5Gi", ShmSize: "2G", SandboxRoots: "/run/k3s/containerd/io.containerd.grpc.v1.cri/sandboxes/", Index: "50", LogLevel: "debug"}
+	if p, err := o.Policy(); err != nil || p.Memlock.Bytes != 1536<<20 || p.ShmSize != 2e9 || !slices.Equal(p.SandboxRoots, []string{"/run/k3s/containerd/io.containerd.grpc.v1.cri/sandboxes"}) {
+		t.Errorf("Policy() = %+v, %v", p, err)
 	}
 	var stderr bytes.Buffer
 	if code := Main([]string{"--help"}, &stderr); code != 0 || !strings.Contains(stderr.String(), "rdma-netns.io/shm-size") {
@@ -275,5 +280,71 @@ func TestPluginSharedMode(t *testing.T) {
 	l := logs.String()
 	if strings.Count(l, "shared netns mode") != 1 || !strings.Contains(l, "netns_mode=0") || strings.Contains(l, "nccl") {
 		t.Fatalf("want the shared mode and its fix said once, at connection, and no line per container:\n%s", l)
+	}
+}
+
+// ulimitAdjuster stands for another NRI plugin that runs before ours
+// (containerd's ulimit-adjuster sample, a device plugin's NRI side): it
+// sets memlock and adds uverbs0 to every container.
+type ulimitAdjuster struct{ synced chan struct{} }
+
+func (u *ulimitAdjuster) Synchronize(context.Context, []*api.PodSandbox, []*api.Container) ([]*api.ContainerUpdate, error) {
+	close(u.synced)
+	return nil, nil
+}
+
+func (u *ulimitAdjuster) CreateContainer(_ context.Context, _ *api.PodSandbox, _ *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
+	adj := &api.ContainerAdjustment{}
+	adj.AddRlimit("RLIMIT_MEMLOCK", ^uint64(0), ^uint64(0))
+	adj.AddDevice(&api.LinuxDevice{Path: "/dev/infiniband/uverbs0", Type: "c", Major: 231, Minor: 192})
+	return adj, nil, nil
+}
+
+// Beside another plugin that set memlock unlimited and added uverbs0
+// first, the runtime (containerd's NRI code, which fails a container
+// whose rlimit or device two plugins set) creates the container: it has
+// the other plugin's memlock and uverbs0, and our rdma_cm.
+func TestPluginBesideAnotherPlugin(t *testing.T) {
+	socket := filepath.Join(t.TempDir(), "nri.sock")
+	rdmaPod := testPod("rdma-pod", "/run/netns/rdma-pod", nil)
+	r := runtime(t, socket, nil, nil)
+	defer r.Stop()
+
+	other := &ulimitAdjuster{synced: make(chan struct{})}
+	st, err := stub.New(other, stub.WithPluginName("ulimit-adjuster"), stub.WithPluginIdx("10"), stub.WithSocketPath(socket),
+		stub.WithLogger(nriLogger{logging.Discard()}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go st.Run(ctx)
+	select {
+	case <-other.synced:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the other plugin did not connect")
+	}
+	logs := &syncBuffer{}
+	p := &plugin{adj: &podadjust.Adjuster{Policy: podadjust.DefaultPolicy, Kernel: fakeKernel{}, Shm: noShm{}}, log: logging.NewWriter(logs, "info")}
+	servePlugin(t, p, socket, logs)
+
+	ctr := &api.Container{Id: "nccl", Name: "nccl", PodSandboxId: rdmaPod.Id, Linux: &api.LinuxContainer{}}
+	resp, err := r.CreateContainer(context.Background(), &api.CreateContainerRequest{Pod: rdmaPod, Container: ctr})
+	if err != nil {
+		t.Fatalf("the runtime failed the container: %v\nlog:\n%s", err, logs)
+	}
+	var paths []string
+	for _, d := range resp.GetAdjust().GetLinux().GetDevices() {
+		paths = append(paths, d.Path)
+	}
+	slices.Sort(paths)
+	if !slices.Equal(paths, []string{"/dev/infiniband/rdma_cm", "/dev/infiniband/uverbs0"}) {
+		t.Fatalf("devices %v, want the other plugin's uverbs0 and our rdma_cm", paths)
+	}
+	if rl := resp.GetAdjust().GetRlimits(); len(rl) != 1 || rl[0].Soft != ^uint64(0) {
+		t.Fatalf("rlimits %v, want the other plugin's unlimited memlock only", rl)
+	}
+	if l := logs.String(); !strings.Contains(l, "had /dev/infiniband/uverbs0 already") || !strings.Contains(l, "memlock unlimited already") {
+		t.Fatalf("the log does not say what the container had:\n%s", l)
 	}
 }

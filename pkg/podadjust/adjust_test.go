@@ -284,6 +284,10 @@ func TestAdjustShm(t *testing.T) {
 		{"hostIPC: the node's /dev/shm", nil, 0, 0, "/dev/shm", 8 << 30, 1 << 30, nil, 8 << 30, "not from the pod sandbox", ""},
 		{"the pod's own emptyDir", nil, 0, 0, "/var/lib/kubelet/pods/uid/volumes/kubernetes.io~empty-dir/dshm", 64 << 20, 1 << 30, nil, 64 << 20, "not from the pod sandbox", ""},
 		{"no /dev/shm mount", nil, 0, 0, "", 64 << 20, 1 << 30, nil, 64 << 20, "no /dev/shm", ""},
+		{"CRI-O's sandbox tmpfs", nil, 0, 0, "/run/containers/storage/overlay-containers/" + sandboxID + "/userdata/shm", 64 << 20, 1 << 30, nil, 1 << 30, "node default", ""},
+		{"names the sandbox outside the sandbox roots", nil, 0, 0, "/var/lib/other/" + sandboxID + "/shm", 64 << 20, 1 << 30, nil, 64 << 20, "not from the pod sandbox", ""},
+		{"another sandbox's tmpfs", nil, 0, 0, "/run/containerd/io.containerd.grpc.v1.cri/sandboxes/other/" + sandboxID, 64 << 20, 1 << 30, nil, 64 << 20, "not from the pod sandbox", ""},
+		{"unlimited tmpfs", nil, 0, 0, shmPath, Unlimited, 1 << 30, nil, Unlimited, "unlimited already", ""},
 		{"sandbox tmpfs gone", nil, 0, 0, "/run/containerd/io.containerd.grpc.v1.cri/sandboxes/" + sandboxID + "/gone", 0, 1 << 30, nil, 0, "unchanged", "cannot measure"},
 		{"remount refused", nil, 0, 0, shmPath, 64 << 20, 1 << 30, errors.New("operation not permitted"), 64 << 20, "unchanged at 64Mi", "not permitted"},
 	} {
@@ -347,13 +351,15 @@ func TestAdjustMissingNodes(t *testing.T) {
 	}
 }
 
+// Sizes are read as Kubernetes writes quantities.
 func TestParse(t *testing.T) {
-	for in, want := range map[string]uint64{"0": 0, "4096": 4096, "64Mi": 64 << 20, "16Gi": 16 << 30, "1Ti": 1 << 40, "2k": 2000, "1G": 1e9, " 8Ki ": 8 << 10} {
+	for in, want := range map[string]uint64{"0": 0, "4096": 4096, "64Mi": 64 << 20, "512Mi": 512 << 20, "16Gi": 16 << 30, "1Ti": 1 << 40,
+		"2k": 2000, "1G": 1e9, "2G": 2e9, " 8Ki ": 8 << 10, "1.5Gi": 1536 << 20, "1e9": 1e9, "0.5Ki": 512, "1.0001": 2} {
 		if got, err := ParseSize(in); err != nil || got != want {
 			t.Errorf("ParseSize(%q) = %d, %v; want %d", in, got, err, want)
 		}
 	}
-	for _, bad := range []string{"", "-1", "1.5Gi", "Gi", "16GB", "99999999999999999999", "17179869184Ti"} {
+	for _, bad := range []string{"", "-1", "-1Gi", "16GB", "2K", "lots", "99999999999999999999", "17179869184Ti", "1e30"} {
 		if n, err := ParseSize(bad); err == nil {
 			t.Errorf("ParseSize(%q) = %d, want an error", bad, n)
 		}
@@ -364,7 +370,7 @@ func TestParse(t *testing.T) {
 	if _, err := ParseShmSize("0"); err == nil {
 		t.Error("a /dev/shm of size 0 (unlimited tmpfs) accepted")
 	}
-	for in, want := range map[string]Memlock{"unlimited": {Unlimited: true}, "-1": {Unlimited: true}, "keep": {Keep: true}, "64Mi": {Bytes: 64 << 20}} {
+	for in, want := range map[string]Memlock{"unlimited": {Unlimited: true}, "-1": {Unlimited: true}, "keep": {Keep: true}, "64Mi": {Bytes: 64 << 20}, "1.5Gi": {Bytes: 1536 << 20}} {
 		if got, err := ParseMemlock(in); err != nil || got != want {
 			t.Errorf("ParseMemlock(%q) = %+v, %v; want %+v", in, got, err, want)
 		}
@@ -376,5 +382,92 @@ func TestParse(t *testing.T) {
 		if got := FormatSize(n); got != want {
 			t.Errorf("FormatSize(%d) = %s, want %s", n, got, want)
 		}
+	}
+}
+
+// A container that already has memlock at least the policy's (the
+// runtime's default spec, or an NRI plugin that ran first) keeps it, one
+// that has less is raised; device nodes it already has are not added
+// again. The runtime fails a container whose rlimit or device two plugins
+// set.
+func TestAdjustLeavesWhatTheContainerHas(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		policy  Memlock
+		rlimits []*api.POSIXRlimit
+		set     bool
+		say     string
+	}{
+		{"unlimited already", Memlock{Unlimited: true}, []*api.POSIXRlimit{{Type: "RLIMIT_MEMLOCK", Soft: math.MaxUint64, Hard: math.MaxUint64}}, false, "unlimited already"},
+		{"more than the policy", Memlock{Bytes: 64 << 30}, []*api.POSIXRlimit{{Type: "RLIMIT_MEMLOCK", Soft: 128 << 30, Hard: 128 << 30}}, false, "128Gi already"},
+		{"less than the policy", Memlock{Unlimited: true}, []*api.POSIXRlimit{{Type: "RLIMIT_MEMLOCK", Soft: 64 << 10, Hard: 64 << 10}}, true, "unlimited"},
+		{"the last entry counts", Memlock{Unlimited: true}, []*api.POSIXRlimit{
+			{Type: "RLIMIT_MEMLOCK", Soft: math.MaxUint64, Hard: math.MaxUint64}, {Type: "RLIMIT_NOFILE", Soft: 1024, Hard: 1024},
+			{Type: "RLIMIT_MEMLOCK", Soft: 8 << 20, Hard: 8 << 20}}, true, "unlimited"},
+		{"other rlimits only", Memlock{Unlimited: true}, []*api.POSIXRlimit{{Type: "RLIMIT_NOFILE", Soft: 1024, Hard: 1024}}, true, "unlimited"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, _, _ := world()
+			a.Policy.Memlock = tc.policy
+			c := container(shmPath, 0)
+			c.Rlimits = tc.rlimits
+			adj, d := a.Adjust(pod(nil, 0), c)
+			if got := len(memlock(adj)) == 1; got != tc.set || d.Memlock != tc.say {
+				t.Fatalf("memlock set %v (%v), decision %q; want set %v, %q", got, memlock(adj), d.Memlock, tc.set, tc.say)
+			}
+		})
+	}
+	a, _, _ := world()
+	c := container(shmPath, 0)
+	c.Linux.Devices = []*api.LinuxDevice{{Path: "/dev/infiniband/uverbs1", Type: "c", Major: 231, Minor: 193}}
+	adj, d := a.Adjust(pod(nil, 0), c)
+	if got := devicePaths(adj); !slices.Equal(got, []string{"/dev/infiniband/rdma_cm"}) || !slices.Equal(d.Kept, []string{"/dev/infiniband/uverbs1"}) {
+		t.Fatalf("devices added %v, kept %v; want rdma_cm added and uverbs1 kept", got, d.Kept)
+	}
+	if !strings.Contains(d.String(), "had /dev/infiniband/uverbs1 already") {
+		t.Fatalf("decision %q does not say uverbs1 was there", d)
+	}
+}
+
+// A netns path the plugin cannot see (another mount namespace's) and an
+// OCI network entry without a path (a new netns the runtime made) are
+// found through the pod's pid, /proc/<pid>/ns/net, and the kernel's answer
+// from there decides; without a pid the pod gets nothing and the decision
+// says why; a pid whose netns is the host's gets nothing.
+func TestAdjustFindsTheNetnsThroughThePodPid(t *testing.T) {
+	const viaPid = "/proc/4242/ns/net"
+	for _, tc := range []struct {
+		name    string
+		path    string
+		pid     uint32
+		host    bool
+		asked   string
+		outcome Outcome
+		say     string
+	}{
+		{"path not visible", podNetns, 4242, false, viaPid, Adjusted, ""},
+		{"no path: a new netns", "", 4242, false, viaPid, Adjusted, ""},
+		{"path not visible, no pid", podNetns, 0, false, "", NetnsUnknown, podNetns + " is not visible"},
+		{"no path, no pid", "", 0, false, "", NetnsUnknown, "new network namespace without a path"},
+		{"the pid's netns is the host's", podNetns, 4242, true, "", HostNetwork, viaPid + ") is the host's"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, k, _ := world()
+			k.in[viaPid] = k.in[podNetns]
+			a.Visible = func(p string) bool { return p != podNetns }
+			a.SameAsSelf = func(p string) bool { return tc.host && p == viaPid }
+			p := pod(nil, 0)
+			p.Linux.Namespaces[2].Path, p.Pid = tc.path, tc.pid
+			adj, d := a.Adjust(p, container(shmPath, 0))
+			if d.Outcome != tc.outcome || !strings.Contains(d.Reason, tc.say) {
+				t.Fatalf("outcome %d %q, want %d saying %q", d.Outcome, d.Reason, tc.outcome, tc.say)
+			}
+			if tc.outcome == Adjusted && (len(devicePaths(adj)) != 2 || d.Netns != viaPid) {
+				t.Fatalf("devices %v from netns %s, want uverbs1 and rdma_cm from %s", devicePaths(adj), d.Netns, viaPid)
+			}
+			if want := []string{tc.asked}; tc.asked != "" && !slices.Equal(k.asked, want) || tc.asked == "" && len(k.asked) > 0 {
+				t.Fatalf("kernel asked about %v, want %q", k.asked, tc.asked)
+			}
+		})
 	}
 }
