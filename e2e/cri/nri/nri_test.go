@@ -157,13 +157,12 @@ func ctx(t *testing.T) context.Context {
 	return c
 }
 
-type podOpts = nririg.PodOpts
-
-// runPod is RunPodSandbox with annotations and the pod's resources; it
-// stops and removes the pod when the test ends.
-func runPod(t *testing.T, name, handler string, o podOpts) *cririg.Pod {
+// runPod runs the pod of spec (in namespace nri-test); it stops and
+// removes the pod when the test ends.
+func runPod(t *testing.T, spec cririg.PodSpec) *cririg.Pod {
 	t.Helper()
-	p, err := nririg.RunPod(ctx(t), ctd, cririg.PodSpec{Name: name, Namespace: "nri-test", Handler: handler}, o)
+	spec.Namespace = "nri-test"
+	p, err := ctd.RunPod(ctx(t), spec)
 	if p != nil {
 		t.Cleanup(func() {
 			ctd.StopPod(context.Background(), p.ID)
@@ -176,13 +175,14 @@ func runPod(t *testing.T, name, handler string, o podOpts) *cririg.Pod {
 	return p
 }
 
-func containerConfig(name string, devices ...string) *runtimeapi.ContainerConfig {
+// unprivileged is a container as a plain pod spec makes it.
+func unprivileged(name string, devices ...string) cririg.ContainerSpec {
 	return nririg.Unprivileged(name, devices...)
 }
 
-func runContainer(t *testing.T, pod *cririg.Pod, cfg *runtimeapi.ContainerConfig) *cririg.Container {
+func runContainer(t *testing.T, pod *cririg.Pod, spec cririg.ContainerSpec) *cririg.Container {
 	t.Helper()
-	c, err := nririg.RunContainer(ctx(t), ctd, pod, cfg)
+	c, err := ctd.RunContainer(ctx(t), pod, spec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -301,11 +301,11 @@ func doctor(t *testing.T, c *cririg.Container) (findings []struct{ Severity, Che
 // handed every uverbs node by hand still opens only its pod's.
 func TestUnprivilegedPods(t *testing.T) {
 	exclusiveOnly(t)
-	a := runPod(t, "nri-a", "rdma-eth1", podOpts{})
-	b := runPod(t, "nri-b", "rdma-eth2", podOpts{})
-	aw := runContainer(t, a, containerConfig("worker"))
-	as := runContainer(t, a, containerConfig("sidecar"))
-	bw := runContainer(t, b, containerConfig("worker"))
+	a := runPod(t, cririg.PodSpec{Name: "nri-a", Handler: "rdma-eth1"})
+	b := runPod(t, cririg.PodSpec{Name: "nri-b", Handler: "rdma-eth2"})
+	aw := runContainer(t, a, unprivileged("worker"))
+	as := runContainer(t, a, unprivileged("sidecar"))
+	bw := runContainer(t, b, unprivileged("worker"))
 	var nodes int
 	for _, c := range []*cririg.Container{aw, as, bw} {
 		w := wantAdjusted(t, c, 1<<20)
@@ -343,7 +343,7 @@ func TestUnprivilegedPods(t *testing.T) {
 	// Isolation: exclusive mode, not the device cgroup, keeps pods apart.
 	// A container handed every uverbs node of the node by hand opens only
 	// its own pod's.
-	greedy := runContainer(t, a, containerConfig("greedy", all...))
+	greedy := runContainer(t, a, unprivileged("greedy", all...))
 	out := sh(t, greedy, `for f in /dev/infiniband/uverbs*; do if (exec 3<>"$f") 2>/dev/null; then echo "$f"; fi; done`)
 	own := nodesOf(t, a)
 	if len(strings.Fields(out)) != 1 || filepath.Base(out) != own[len(own)-1] {
@@ -358,14 +358,11 @@ func TestUnprivilegedPods(t *testing.T) {
 func TestPolicy(t *testing.T) {
 	exclusiveOnly(t)
 	// The four pods start together (each on its own network).
-	specs := []struct {
-		name, handler string
-		o             podOpts
-	}{
-		{"nri-plain", plainHandler, podOpts{}},
-		{"nri-skip", "rdma-eth1", podOpts{Annotations: map[string]string{"rdma-netns.io/nri": "skip"}}},
-		{"nri-capped", "rdma-eth2", podOpts{Annotations: map[string]string{"rdma-netns.io/shm-size": "512Mi"}, MemLimit: 256 << 20}},
-		{"nri-kept", "", podOpts{Annotations: map[string]string{"rdma-netns.io/shm-size": "keep"}}},
+	specs := []cririg.PodSpec{
+		{Name: "nri-plain", Handler: plainHandler},
+		{Name: "nri-skip", Handler: "rdma-eth1", Annotations: map[string]string{"rdma-netns.io/nri": "skip"}},
+		{Name: "nri-capped", Handler: "rdma-eth2", Annotations: map[string]string{"rdma-netns.io/shm-size": "512Mi"}, MemLimit: 256 << 20},
+		{Name: "nri-kept", Annotations: map[string]string{"rdma-netns.io/shm-size": "keep"}},
 	}
 	ctrs := make([]*cririg.Container, len(specs))
 	errs := make([]error, len(specs))
@@ -375,7 +372,8 @@ func TestPolicy(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			var p *cririg.Pod
-			p, errs[i] = nririg.RunPod(context.Background(), ctd, cririg.PodSpec{Name: sp.name, Namespace: "nri-test", Handler: sp.handler}, sp.o)
+			sp.Namespace = "nri-test"
+			p, errs[i] = ctd.RunPod(context.Background(), sp)
 			if p == nil {
 				return
 			}
@@ -384,7 +382,7 @@ func TestPolicy(t *testing.T) {
 				ctd.RemovePod(context.Background(), p.ID)
 			})
 			if errs[i] == nil {
-				ctrs[i], errs[i] = nririg.RunContainer(context.Background(), ctd, p, containerConfig("worker"))
+				ctrs[i], errs[i] = ctd.RunContainer(context.Background(), p, unprivileged("worker"))
 			}
 		}()
 	}
@@ -422,13 +420,13 @@ func TestPolicy(t *testing.T) {
 // the new one by itself.
 func TestRestarts(t *testing.T) {
 	exclusiveOnly(t)
-	pod := runPod(t, "nri-restart", "rdma-eth1", podOpts{})
-	first := runContainer(t, pod, containerConfig("first"))
+	pod := runPod(t, cririg.PodSpec{Name: "nri-restart", Handler: "rdma-eth1"})
+	first := runContainer(t, pod, unprivileged("first"))
 	wantAdjusted(t, first, 1<<20)
 
 	plugin.Kill()
 	wantAdjusted(t, first, 1<<20)
-	bare := runContainer(t, pod, containerConfig("while-down"))
+	bare := runContainer(t, pod, unprivileged("while-down"))
 	w := inspect(t, bare)
 	if len(w.Nodes) != 0 || w.Memlock == "unlimited" {
 		t.Fatalf("a container created without the plugin got %v, memlock %s", w.Nodes, w.Memlock)
@@ -445,7 +443,7 @@ func TestRestarts(t *testing.T) {
 	if l := nririg.LogSince(before); !strings.Contains(l, "nri-test/nri-restart/first") || !strings.Contains(l, "nri-test/nri-restart/while-down") {
 		t.Fatalf("the restarted plugin did not report the running containers:\n%s", l)
 	}
-	wantAdjusted(t, runContainer(t, pod, containerConfig("after-plugin-restart")), 1<<20)
+	wantAdjusted(t, runContainer(t, pod, unprivileged("after-plugin-restart")), 1<<20)
 
 	before = nririg.LogLines()
 	if ctd, err = ctd.Restart(); err != nil {
@@ -456,7 +454,7 @@ func TestRestarts(t *testing.T) {
 	}
 	t.Logf("after containerd's restart the plugin reconnected:\n%s", nririg.LogSince(before))
 	wantAdjusted(t, first, 1<<20)
-	wantAdjusted(t, runContainer(t, pod, containerConfig("after-runtime-restart")), 1<<20)
+	wantAdjusted(t, runContainer(t, pod, unprivileged("after-runtime-restart")), 1<<20)
 }
 
 // In shared mode every netns sees every RDMA device, so the plugin gives
@@ -470,8 +468,8 @@ func TestSharedModeNothingForAnyone(t *testing.T) {
 	if cririg.NetnsMode() != "shared" {
 		t.Skip("the shared-mode VM's test")
 	}
-	plain := runContainer(t, runPod(t, "nri-shared-plain", plainHandler, podOpts{}), containerConfig("worker"))
-	rdma := runContainer(t, runPod(t, "nri-shared-rdma", sharedHandler, podOpts{}), containerConfig("worker"))
+	plain := runContainer(t, runPod(t, cririg.PodSpec{Name: "nri-shared-plain", Handler: plainHandler}), unprivileged("worker"))
+	rdma := runContainer(t, runPod(t, cririg.PodSpec{Name: "nri-shared-rdma", Handler: sharedHandler}), unprivileged("worker"))
 	memlock := runtimeMemlock(t)
 	for _, c := range []*cririg.Container{plain, rdma} {
 		devs, err := rig.RDMAIn(c.Pod.Netns)
