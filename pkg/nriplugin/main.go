@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -181,12 +182,36 @@ func shmString(n uint64) string {
 	return podadjust.FormatSize(n)
 }
 
-// sameAsSelf tells a netns path that opens the plugin's own (host) netns.
-func sameAsSelf() func(string) bool {
-	self, err := inventory.Identify("/proc/self/ns/net")
-	return func(path string) bool {
-		id, ierr := inventory.Identify(path)
-		return err == nil && ierr == nil && id == self
+// sameAsSelf tells a netns path that opens the plugin's own netns, the
+// host's (the DaemonSet has hostNetwork). Not pid 1's: opening another
+// process's namespace needs ptrace access to it, which the DaemonSet's
+// container (SYS_ADMIN only) lacks for the host's init. A path, or the
+// plugin's own netns, whose identity cannot be read is an error, which
+// grants nothing.
+func sameAsSelf() func(string) (bool, error) {
+	return hostNetns("/proc/self/ns/net")
+}
+
+// hostNetns tells a netns path that opens one of the netns at hosts.
+func hostNetns(hosts ...string) func(string) (bool, error) {
+	var ids []inventory.NetnsID
+	var idErr error
+	for _, h := range hosts {
+		id, err := inventory.Identify(h)
+		if err != nil {
+			idErr = fmt.Errorf("the host's network namespace: %v", err)
+		}
+		ids = append(ids, id)
+	}
+	return func(path string) (bool, error) {
+		if idErr != nil {
+			return false, idErr
+		}
+		id, err := inventory.Identify(path)
+		if err != nil {
+			return false, err
+		}
+		return slices.Contains(ids, id), nil
 	}
 }
 

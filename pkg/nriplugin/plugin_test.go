@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -16,6 +18,7 @@ import (
 	"github.com/containerd/nri/pkg/api"
 	nrilog "github.com/containerd/nri/pkg/log"
 	"github.com/containerd/nri/pkg/stub"
+	"github.com/containernetworking/plugins/pkg/testutils"
 
 	"github.com/rdma-netns/rdma-netns/pkg/logging"
 	"github.com/rdma-netns/rdma-netns/pkg/podadjust"
@@ -346,5 +349,39 @@ func TestPluginBesideAnotherPlugin(t *testing.T) {
 	}
 	if l := logs.String(); !strings.Contains(l, "had /dev/infiniband/uverbs0 already") || !strings.Contains(l, "memlock unlimited already") {
 		t.Fatalf("the log does not say what the container had:\n%s", l)
+	}
+}
+
+// The host's netns is told by identity, whatever the path; a path that is
+// no netns, or a host netns that cannot be read, is an error (nothing is
+// granted), not "another netns".
+func TestHostNetns(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: creates a netns")
+	}
+	other, err := testutils.NewNS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer testutils.UnmountNS(other)
+	defer other.Close()
+	otherPath := other.Path()
+	host := hostNetns("/proc/self/ns/net")
+	self := fmt.Sprintf("/proc/%d/task/%d/ns/net", os.Getpid(), os.Getpid())
+	if same, err := host(self); !same || err != nil {
+		t.Fatalf("%s: %v, %v; want the host's", self, same, err)
+	}
+	if same, err := host(otherPath); same || err != nil {
+		t.Fatalf("a new netns: %v, %v; want another", same, err)
+	}
+	file := filepath.Join(t.TempDir(), "cni-gone")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := host(file); err == nil {
+		t.Fatal("an empty file (a netns whose bind mount went away) was told apart from the host's")
+	}
+	if _, err := hostNetns("/nonexistent/ns/net")(otherPath); err == nil {
+		t.Fatal("a host netns that cannot be read still told paths apart")
 	}
 }

@@ -36,10 +36,11 @@ type Adjuster struct {
 	Policy Policy
 	Kernel Kernel
 	Shm    Shm
-	// SameAsSelf reports whether nsPath is the plugin's own netns (the
-	// host's): a pod in the host network namespace sees every host RDMA
-	// device and must get none of them. nil: never.
-	SameAsSelf func(nsPath string) bool
+	// SameAsSelf reports whether nsPath is the host's netns (the
+	// plugin's own): a pod in the host network namespace sees every host
+	// RDMA device and must get none of them. An error (it cannot tell)
+	// grants nothing either. nil: never.
+	SameAsSelf func(nsPath string) (bool, error)
 	// Visible reports whether the plugin can open nsPath; the pod's netns
 	// is then found through its pid instead. nil: always.
 	Visible func(nsPath string) bool
@@ -145,9 +146,16 @@ func (a *Adjuster) Nodes(pod *api.PodSandbox) (*rdmans.VerbsNodes, Decision) {
 		d.skip(NetnsUnknown, fmt.Sprintf("cannot find the pod's network namespace: %s, and the runtime gave no pod pid", missing(path)))
 		return nil, d
 	}
-	if a.SameAsSelf != nil && a.SameAsSelf(d.Netns) {
-		d.skip(HostNetwork, fmt.Sprintf("the pod's network namespace (%s) is the host's", d.Netns))
-		return nil, d
+	if a.SameAsSelf != nil {
+		host, err := a.SameAsSelf(d.Netns)
+		if err != nil {
+			d.skip(NetnsUnknown, fmt.Sprintf("cannot tell whether the pod's network namespace %s is the host's: %v", d.Netns, err))
+			return nil, d
+		}
+		if host {
+			d.skip(HostNetwork, fmt.Sprintf("the pod's network namespace (%s) is the host's", d.Netns))
+			return nil, d
+		}
 	}
 	nodes, err := a.Kernel.VerbsNodesIn(d.Netns)
 	if err != nil {

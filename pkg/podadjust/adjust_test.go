@@ -175,6 +175,7 @@ func TestAdjustLeavesOthersAlone(t *testing.T) {
 		name    string
 		pod     func() *api.PodSandbox
 		self    bool
+		selfErr error
 		err     error
 		asked   bool
 		outcome Outcome
@@ -184,21 +185,22 @@ func TestAdjustLeavesOthersAlone(t *testing.T) {
 			p := pod(nil, 0)
 			p.Linux.Namespaces[2].Path = "/var/run/netns/cni-empty"
 			return p
-		}, false, nil, true, NoDevice, "no RDMA device"},
-		{"opted out", func() *api.PodSandbox { return pod(map[string]string{AnnotationNRI: Skip}, 0) }, false, nil, false, OptedOut, "opts out"},
+		}, false, nil, nil, true, NoDevice, "no RDMA device"},
+		{"opted out", func() *api.PodSandbox { return pod(map[string]string{AnnotationNRI: Skip}, 0) }, false, nil, nil, false, OptedOut, "opts out"},
 		{"host network", func() *api.PodSandbox {
 			p := pod(nil, 0)
 			p.Linux.Namespaces = p.Linux.Namespaces[:2]
 			return p
-		}, false, nil, false, HostNetwork, "host network"},
-		{"netns path opens the host's", func() *api.PodSandbox { return pod(nil, 0) }, true, nil, false, HostNetwork, "the host's"},
-		{"kernel cannot answer", func() *api.PodSandbox { return pod(nil, 0) }, false, errors.New("enter netns: no such file"), true, NetnsUnknown, "no such file"},
-		{"no Linux section", func() *api.PodSandbox { return &api.PodSandbox{Id: sandboxID} }, false, nil, false, HostNetwork, "host network"},
+		}, false, nil, nil, false, HostNetwork, "host network"},
+		{"netns path opens the host's", func() *api.PodSandbox { return pod(nil, 0) }, true, nil, nil, false, HostNetwork, "the host's"},
+		{"kernel cannot answer", func() *api.PodSandbox { return pod(nil, 0) }, false, nil, errors.New("enter netns: no such file"), true, NetnsUnknown, "no such file"},
+		{"cannot tell the netns from the host's", func() *api.PodSandbox { return pod(nil, 0) }, false, errors.New("not a network namespace"), nil, false, NetnsUnknown, "cannot tell whether"},
+		{"no Linux section", func() *api.PodSandbox { return &api.PodSandbox{Id: sandboxID} }, false, nil, nil, false, HostNetwork, "host network"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a, k, s := world()
 			k.err = tc.err
-			a.SameAsSelf = func(string) bool { return tc.self }
+			a.SameAsSelf = func(string) (bool, error) { return tc.self, tc.selfErr }
 			adj, d := a.Adjust(tc.pod(), container(shmPath, 0))
 			if adj != nil {
 				t.Fatalf("adjusted: %+v", adj)
@@ -455,7 +457,7 @@ func TestAdjustFindsTheNetnsThroughThePodPid(t *testing.T) {
 			a, k, _ := world()
 			k.in[viaPid] = k.in[podNetns]
 			a.Visible = func(p string) bool { return p != podNetns }
-			a.SameAsSelf = func(p string) bool { return tc.host && p == viaPid }
+			a.SameAsSelf = func(p string) (bool, error) { return tc.host && p == viaPid, nil }
 			p := pod(nil, 0)
 			p.Linux.Namespaces[2].Path, p.Pid = tc.path, tc.pid
 			adj, d := a.Adjust(p, container(shmPath, 0))
