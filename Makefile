@@ -95,6 +95,7 @@ bench-nri: payload
 	@rc=$$(cat $(OUT)/bench-nri.rc); rm -f $(OUT)/bench-nri.rc; [ "$$rc" != 0 ] || echo "NRI bench table: $(OUT)/bench-nri.txt"; exit $$rc
 
 ## stress: fuzz the parsers on the host, then seeded random ADD/DEL rounds,
+## concurrent ADD/DEL on the same and other devices,
 ## racing ADDs, injected faults and bad input in the test VM, then
 ## containerd SIGKILLed in the middle of RunPodSandbox CRI_STRESS_ROUNDS
 ## times (e2e/cri). Reproduce a run with STRESS_FLAGS="-seed N" or
@@ -103,7 +104,7 @@ STRESS_ROUNDS ?= 200
 STRESS_FLAGS ?=
 CRI_STRESS_ROUNDS ?= 30
 CRI_STRESS_FLAGS ?=
-STRESS_SHORT_FLAGS ?= -rounds 40 -races 6 -kills 12 -reboots 2
+STRESS_SHORT_FLAGS ?= -rounds 40 -races 6 -concurrent 3 -kills 12 -reboots 2
 stress: fuzz stress-vm
 
 stress-vm: payload
