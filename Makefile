@@ -68,10 +68,16 @@ demo: payload
 
 ## bench: cost of ADD/DEL against the kernel's own cost of the move and
 ## against upstream rdma-cni (built from the Go module proxy at
-## UPSTREAM_RDMA_CNI), and scale to 16 NICs, then pod start and stop under
-## containerd with and without rdma-netns (e2e/cri, CRI_BENCH_FLAGS), in
-## the test VM; the tables land in $(OUT)/bench.txt. BENCH_BASE=path/to/rdma-netns adds that
-## build to the anchor rounds, to measure a change against its base.
+## UPSTREAM_RDMA_CNI), the curves against the size of the node (RDMA
+## devices on it, pods started at once with a cheap and an emulated slow
+## move, the exporter's scrape with devices held by pods), then pod start
+## and stop under containerd with and without rdma-netns (e2e/cri,
+## CRI_BENCH_FLAGS), in the test VM with 28 NICs; the tables land in
+## $(OUT)/bench.txt, a plot per curve (SVG) in BENCH_PLOTS
+## (BENCH_PLOTS=docs/plots for the docs). BENCH_BASE=path/to/rdma-netns
+## adds that build to the anchor rounds and to the pods-at-once curve, to
+## measure a change against its base.
+BENCH_PLOTS ?= $(OUT)/plots
 BENCH_FLAGS ?=
 CRI_BENCH_FLAGS ?=
 BENCH_BASE ?=
@@ -79,9 +85,10 @@ UPSTREAM_RDMA_CNI ?= v1.6.0
 bench: export PAYLOAD_UPSTREAM = $(UPSTREAM_RDMA_CNI)
 bench: payload
 	@if [ -n "$(BENCH_BASE)" ]; then cp "$(BENCH_BASE)" $(PAYLOAD)/bin/rdma-netns-base; fi
-	@{ $(VM_RUN) --nics 17 --payload $(PAYLOAD) -- 'rdma-netns-bench $(BENCH_FLAGS) && rdma-netns-cri bench $(CRI_BENCH_FLAGS)'; echo $$? > $(OUT)/bench.rc; } | tee $(OUT)/bench.log
+	@{ $(VM_RUN) --nics 28 --payload $(PAYLOAD) -- 'rdma-netns-bench $(BENCH_FLAGS) && rdma-netns-cri bench $(CRI_BENCH_FLAGS)'; echo $$? > $(OUT)/bench.rc; } | tee $(OUT)/bench.log
 	@sed -n '/^=== BENCH TABLE BEGIN ===/,/^=== BENCH TABLE END ===/p' $(OUT)/bench.log | sed '1d;$$d' > $(OUT)/bench.txt
 	@sed -n '/^=== CRI BENCH BEGIN ===/,/^=== CRI BENCH END ===/p' $(OUT)/bench.log | sed '1d;$$d' | sed '1s/^/\n/' >> $(OUT)/bench.txt
+	@mkdir -p $(BENCH_PLOTS) && awk -v dir='$(BENCH_PLOTS)' '/^=== PLOT .* BEGIN ===$$/ { f = dir "/" $$3; next } /^=== PLOT END ===$$/ { close(f); print "bench plot: " f; f = ""; next } f != "" { print > f }' $(OUT)/bench.log
 	@rc=$$(cat $(OUT)/bench.rc); rm -f $(OUT)/bench.rc; [ "$$rc" != 0 ] || echo "bench table: $(OUT)/bench.txt"; exit $$rc
 
 ## bench-nri: what rdma-netns-nri adds to CreateContainer+StartContainer
