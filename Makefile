@@ -85,9 +85,12 @@ UPSTREAM_RDMA_CNI ?= v1.6.0
 bench: export PAYLOAD_UPSTREAM = $(UPSTREAM_RDMA_CNI)
 bench: payload
 	@if [ -n "$(BENCH_BASE)" ]; then cp "$(BENCH_BASE)" $(PAYLOAD)/bin/rdma-netns-base; fi
+	@echo "host load before: $$(uptime)" > $(OUT)/bench.host
 	@{ $(VM_RUN) --nics 28 --payload $(PAYLOAD) -- 'rdma-netns-bench $(BENCH_FLAGS) && rdma-netns-cri bench $(CRI_BENCH_FLAGS)'; echo $$? > $(OUT)/bench.rc; } | tee $(OUT)/bench.log
 	@sed -n '/^=== BENCH TABLE BEGIN ===/,/^=== BENCH TABLE END ===/p' $(OUT)/bench.log | sed '1d;$$d' > $(OUT)/bench.txt
 	@sed -n '/^=== CRI BENCH BEGIN ===/,/^=== CRI BENCH END ===/p' $(OUT)/bench.log | sed '1d;$$d' | sed '1s/^/\n/' >> $(OUT)/bench.txt
+	@sed -n '/^=== CRI ATTACHMENTS BEGIN ===/,/^=== CRI ATTACHMENTS END ===/p' $(OUT)/bench.log | sed '1d;$$d' | sed '1s/^/\n/' >> $(OUT)/bench.txt
+	@echo "host load after:  $$(uptime)" >> $(OUT)/bench.host; { echo; cat $(OUT)/bench.host; } >> $(OUT)/bench.txt; cat $(OUT)/bench.host; rm -f $(OUT)/bench.host
 	@mkdir -p $(BENCH_PLOTS) && awk -v dir='$(BENCH_PLOTS)' '/^=== PLOT .* BEGIN ===$$/ { f = dir "/" $$3; next } /^=== PLOT END ===$$/ { close(f); print "bench plot: " f; f = ""; next } f != "" { print > f }' $(OUT)/bench.log
 	@rc=$$(cat $(OUT)/bench.rc); rm -f $(OUT)/bench.rc; [ "$$rc" != 0 ] || echo "bench table: $(OUT)/bench.txt"; exit $$rc
 

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/rdma-netns/rdma-netns/e2e/internal/plot"
 	"github.com/rdma-netns/rdma-netns/e2e/internal/rig"
 )
 
@@ -92,9 +93,9 @@ func exporterScrape(rep *report, nics []rig.NIC) error {
 		for i := range goal {
 			goal[i] = 1.3 * hs[i]
 		}
-		(&plot{name: "curve4-exporter-scrape", title: fmt.Sprintf("Curve 4: exporter scrape, %d devices on the node", len(nics)),
-			xLabel: "devices held by pods (one each)", yLabel: "ms per scrape (median)", xs: xs,
-			series: []series{{label: "scrape", ys: ys}, {label: "all devices on the host", ys: hs, dashed: true}, {label: "goal: 1.3x that", ys: goal, dashed: true}}}).emit()
+		(&plot.Plot{Name: "curve4-exporter-scrape", Title: fmt.Sprintf("Curve 4: exporter scrape, %d devices on the node", len(nics)),
+			XLabel: "devices held by pods (one each)", YLabel: "ms per scrape (median)", Xs: xs,
+			Series: []plot.Series{{Label: "scrape", Ys: ys}, {Label: "all devices on the host", Ys: hs, Dashed: true}, {Label: "goal: 1.3x that", Ys: goal, Dashed: true}}}).Emit()
 	}
 	return nil
 }
