@@ -69,10 +69,16 @@ demo: payload
 
 ## bench: cost of ADD/DEL against the kernel's own cost of the move and
 ## against upstream rdma-cni (built from the Go module proxy at
-## UPSTREAM_RDMA_CNI), and scale to 16 NICs, then pod start and stop under
-## containerd with and without rdma-netns (e2e/cri, CRI_BENCH_FLAGS), in
-## the test VM; the tables land in $(OUT)/bench.txt. BENCH_BASE=path/to/rdma-netns adds that
-## build to the anchor rounds, to measure a change against its base.
+## UPSTREAM_RDMA_CNI), the curves against the size of the node (RDMA
+## devices on it, pods started at once with a cheap and an emulated slow
+## move, the exporter's scrape with devices held by pods), then pod start
+## and stop under containerd with and without rdma-netns (e2e/cri,
+## CRI_BENCH_FLAGS), in the test VM with 28 NICs; the tables land in
+## $(OUT)/bench.txt, a plot per curve (SVG) in BENCH_PLOTS
+## (BENCH_PLOTS=docs/plots for the docs). BENCH_BASE=path/to/rdma-netns
+## adds that build to the anchor rounds and to the pods-at-once curve, to
+## measure a change against its base.
+BENCH_PLOTS ?= $(OUT)/plots
 BENCH_FLAGS ?=
 CRI_BENCH_FLAGS ?=
 BENCH_BASE ?=
@@ -80,9 +86,13 @@ UPSTREAM_RDMA_CNI ?= v1.6.0
 bench: export PAYLOAD_UPSTREAM = $(UPSTREAM_RDMA_CNI)
 bench: payload
 	@if [ -n "$(BENCH_BASE)" ]; then cp "$(BENCH_BASE)" $(PAYLOAD)/bin/rdma-netns-base; fi
-	@{ $(VM_RUN) --nics 17 --payload $(PAYLOAD) -- 'rdma-netns-bench $(BENCH_FLAGS) && rdma-netns-cri bench $(CRI_BENCH_FLAGS)'; echo $$? > $(OUT)/bench.rc; } | tee $(OUT)/bench.log
+	@echo "host load before: $$(uptime)" > $(OUT)/bench.host
+	@{ $(VM_RUN) --nics 28 --payload $(PAYLOAD) -- 'rdma-netns-bench $(BENCH_FLAGS) && rdma-netns-cri bench $(CRI_BENCH_FLAGS)'; echo $$? > $(OUT)/bench.rc; } | tee $(OUT)/bench.log
 	@sed -n '/^=== BENCH TABLE BEGIN ===/,/^=== BENCH TABLE END ===/p' $(OUT)/bench.log | sed '1d;$$d' > $(OUT)/bench.txt
 	@sed -n '/^=== CRI BENCH BEGIN ===/,/^=== CRI BENCH END ===/p' $(OUT)/bench.log | sed '1d;$$d' | sed '1s/^/\n/' >> $(OUT)/bench.txt
+	@sed -n '/^=== CRI ATTACHMENTS BEGIN ===/,/^=== CRI ATTACHMENTS END ===/p' $(OUT)/bench.log | sed '1d;$$d' | sed '1s/^/\n/' >> $(OUT)/bench.txt
+	@echo "host load after:  $$(uptime)" >> $(OUT)/bench.host; { echo; cat $(OUT)/bench.host; } >> $(OUT)/bench.txt; cat $(OUT)/bench.host; rm -f $(OUT)/bench.host
+	@mkdir -p $(BENCH_PLOTS) && awk -v dir='$(BENCH_PLOTS)' '/^=== PLOT .* BEGIN ===$$/ { f = dir "/" $$3; next } /^=== PLOT END ===$$/ { close(f); print "bench plot: " f; f = ""; next } f != "" { print > f }' $(OUT)/bench.log
 	@rc=$$(cat $(OUT)/bench.rc); rm -f $(OUT)/bench.rc; [ "$$rc" != 0 ] || echo "bench table: $(OUT)/bench.txt"; exit $$rc
 
 ## bench-nri: what rdma-netns-nri adds to CreateContainer+StartContainer
@@ -96,6 +106,7 @@ bench-nri: payload
 	@rc=$$(cat $(OUT)/bench-nri.rc); rm -f $(OUT)/bench-nri.rc; [ "$$rc" != 0 ] || echo "NRI bench table: $(OUT)/bench-nri.txt"; exit $$rc
 
 ## stress: fuzz the parsers on the host, then seeded random ADD/DEL rounds,
+## concurrent ADD/DEL on the same and other devices,
 ## racing ADDs, injected faults and bad input in the test VM, then
 ## containerd SIGKILLed in the middle of RunPodSandbox CRI_STRESS_ROUNDS
 ## times (e2e/cri). Reproduce a run with STRESS_FLAGS="-seed N" or
@@ -104,7 +115,7 @@ STRESS_ROUNDS ?= 200
 STRESS_FLAGS ?=
 CRI_STRESS_ROUNDS ?= 30
 CRI_STRESS_FLAGS ?=
-STRESS_SHORT_FLAGS ?= -rounds 40 -races 6 -kills 12 -reboots 2
+STRESS_SHORT_FLAGS ?= -rounds 40 -races 6 -concurrent 3 -kills 12 -reboots 2
 stress: fuzz stress-vm
 
 stress-vm: payload

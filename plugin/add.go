@@ -72,37 +72,87 @@ func (c *call) add() error {
 		}
 	}
 
-	unlock, err := c.openStore()
+	if err := c.openStore(); err != nil {
+		return err
+	}
+	unlock, err := c.lockAttachment()
 	if err != nil {
 		return err
 	}
 	defer unlock()
+	rec, unlockDev, err := c.decide(podName.Value)
+	if err != nil || rec == nil {
+		return err
+	}
+	defer unlockDev()
+	return c.attach(rec)
+}
 
-	recs, err := c.loadRecords()
+// busyRetries bounds how often ADD decides again after finding its device
+// being moved by another call; each wait ends with that call.
+const busyRetries = 3
+
+// decide reads the records and chooses this attachment's device under the
+// node lock, and takes that device's lock before it lets go of the node
+// lock: no other ADD can choose the device until its record is written,
+// while ADDs of other devices decide, and then move, in the meantime. A
+// nil record means the ADD is complete (a repeated ADD, an adopted device).
+func (c *call) decide(podName string) (*state.Record, func(), error) {
+	unlockNode, err := c.lockNode()
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	done, err := c.resume(recs)
-	if err != nil || done {
-		return err
-	}
-	if recs, err = c.reconcile(recs); err != nil {
-		return err
-	}
-	dev, err := c.resolve(recs)
-	if err != nil {
-		if adopted, aerr := c.adopt(recs); aerr != nil || adopted {
-			return aerr
+	defer unlockNode()
+	for attempt := 0; ; attempt++ {
+		recs, err := c.loadRecords()
+		if err != nil {
+			return nil, nil, err
 		}
-		return err
-	}
-	// resolve only picks devices the host can see, and a device the host
-	// can see is held by no pod: records never stand in the way here.
-	if podName.Value != "" && podName.Value != dev.Name {
-		if err := c.nameFree(recs, podName.Value); err != nil {
-			return err
+		done, err := c.resume(recs)
+		if err != nil || done {
+			return nil, nil, err
 		}
+		if recs, err = c.reconcile(recs); err != nil {
+			return nil, nil, err
+		}
+		dev, err := c.resolve(recs)
+		if err != nil {
+			if adopted, aerr := c.adopt(recs); aerr != nil || adopted {
+				return nil, nil, aerr
+			}
+			return nil, nil, err
+		}
+		// resolve only picks devices the host can see, and a device the host
+		// can see is held by no pod: records never stand in the way here.
+		if podName != "" && podName != dev.Name {
+			if err := c.nameFree(recs, podName); err != nil {
+				return nil, nil, err
+			}
+		}
+		unlockDev, ok, err := c.tryLockDevice(dev.Name)
+		if err != nil {
+			return nil, nil, err
+		}
+		if ok {
+			return c.newRecord(dev, podName), unlockDev, nil
+		}
+		if attempt == busyRetries {
+			return nil, nil, fmt.Errorf("RDMA device %s stays busy: other ADD or DEL calls keep moving it; retry the ADD", dev.Name)
+		}
+		// Another call is moving the device (a DEL returning it, an ADD
+		// taking it): wait for it to finish, then decide again on what it
+		// left, so this ADD says who has the device or takes it.
+		c.log.Infof("RDMA device %s is being moved by another call; waiting for it", dev.Name)
+		unlockDev, err = c.lockDevice(dev.Name)
+		if err != nil {
+			return nil, nil, err
+		}
+		unlockDev()
+		c.hostDevs = nil
 	}
+}
+
+func (c *call) newRecord(dev target, podName string) *state.Record {
 	rec := &state.Record{
 		Key:        c.key(),
 		Netns:      c.args.Netns,
@@ -118,10 +168,10 @@ func (c *call) add() error {
 		K8sNamespace: c.conf.Pod.Namespace,
 		K8sPod:       c.conf.Pod.Name,
 	}
-	if podName.Value != dev.Name {
-		rec.PodName = podName.Value
+	if podName != dev.Name {
+		rec.PodName = podName
 	}
-	return c.attach(rec)
+	return rec
 }
 
 // attach performs the move; every failure undoes what was done. The record
@@ -213,6 +263,13 @@ func (c *call) resume(recs []*state.Record) (bool, error) {
 	if rec == nil {
 		return false, nil
 	}
+	// Another attachment's ADD may be moving the device, which this record
+	// claimed before: wait for it before looking.
+	unlock, err := c.lockDevice(rec.Device)
+	if err != nil {
+		return false, err
+	}
+	defer unlock()
 	thisPod := rec.Netns == c.args.Netns && sameNetns(rec)
 	if thisPod {
 		in, err := c.p.Kernel.InNetns(c.args.Netns, rec.InPod())

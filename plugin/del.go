@@ -32,12 +32,17 @@ func (c *call) del() error {
 	if err := c.key().Validate(); err != nil {
 		return types.NewError(types.ErrInvalidEnvironmentVariables, err.Error(), "")
 	}
-	unlock, err := c.openStore()
+	if err := c.openStore(); err != nil {
+		return err
+	}
+	// DEL holds the attachment's lock, so it follows an ADD of the same
+	// attachment in progress, and its device's lock while it returns it:
+	// calls on other attachments and devices run beside it.
+	unlock, err := c.lockAttachment()
 	if err != nil {
 		return err
 	}
 	defer unlock()
-
 	rec, err := c.store.Get(c.key())
 	var corrupt *state.CorruptError
 	switch {
@@ -49,6 +54,11 @@ func (c *call) del() error {
 	case err != nil:
 		return err
 	}
+	unlockDev, err := c.lockDevice(rec.Device)
+	if err != nil {
+		return err
+	}
+	defer unlockDev()
 	if err := c.release(rec, c.args.Netns); err != nil {
 		return err
 	}
@@ -78,6 +88,11 @@ func (c *call) releaseUnrecorded() error {
 		c.log.Debugf("no attachment recorded and no RDMA device of %s in the pod; nothing to do", c.args.IfName)
 		return nil
 	}
+	unlock, err := c.lockDevice(dev)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	recs, err := c.loadRecords()
 	if err != nil {
 		return err

@@ -49,6 +49,9 @@ type fakeKernel struct {
 	failMoveIn  error
 	failMoveOut error
 	afterMoveIn func()
+	// beforeMoveIn runs, without the kernel's lock, as a move into a pod
+	// starts: a test holds one call there to run others beside it.
+	beforeMoveIn func(dev string)
 }
 
 func newFakeKernel(devs ...string) *fakeKernel {
@@ -82,6 +85,12 @@ func (k *fakeKernel) InNetns(nsPath, dev string) (bool, error) {
 func (k *fakeKernel) MoveToNetns(dev, nsPath string) error {
 	if err := checkNetns(nsPath); err != nil {
 		return err
+	}
+	k.mu.Lock()
+	before := k.beforeMoveIn
+	k.mu.Unlock()
+	if before != nil {
+		before(dev)
 	}
 	k.mu.Lock()
 	if k.failMoveIn != nil {

@@ -122,25 +122,71 @@ func (c *call) key() state.Key {
 	return state.Key{Network: c.conf.Name, ContainerID: c.args.ContainerID, IfName: c.args.IfName}
 }
 
-// openStore opens the state directory and takes the node-wide lock, so two
-// pods cannot both decide the same free device is theirs.
-func (c *call) openStore() (unlock func(), err error) {
+// openStore opens the state directory. Calls lock what they change:
+// lockNode while they read the records and decide, lockDevice while they
+// move a device and write its record.
+func (c *call) openStore() error {
 	st, err := state.New(c.conf.StateDir)
 	if err != nil {
-		return nil, fmt.Errorf("cannot use state directory %s: %v; check stateDir and that the directory is writable by the runtime", c.conf.StateDir, err)
+		return fmt.Errorf("cannot use state directory %s: %v; check stateDir and that the directory is writable by the runtime", c.conf.StateDir, err)
 	}
+	c.store = st
+	return nil
+}
+
+// lockNode takes the node-wide lock, so two pods cannot both decide the
+// same free device is theirs. It is never taken while a device lock is
+// held (state.Store.LockDevice says why).
+func (c *call) lockNode() (unlock func(), err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.p.lockTimeout())
 	defer cancel()
-	release, err := st.Lock(ctx)
+	release, err := c.store.Lock(ctx)
 	if err != nil {
 		return nil, err
 	}
-	c.store = st
+	return c.releaser("state lock", release), nil
+}
+
+// lockAttachment takes this attachment's lock for the whole call: ADD and
+// DEL of one attachment follow one another as the runtime issued them.
+func (c *call) lockAttachment() (unlock func(), err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.p.lockTimeout())
+	defer cancel()
+	release, err := c.store.LockAttachment(ctx, c.key())
+	if err != nil {
+		return nil, fmt.Errorf("attachment %s: %v", c.key(), err)
+	}
+	return c.releaser("lock of attachment "+c.key().String(), release), nil
+}
+
+// lockDevice waits for the lock of the RDMA device named dev: held by
+// whoever moves it or writes its record, so that calls on other devices
+// run their kernel moves at the same time.
+func (c *call) lockDevice(dev string) (unlock func(), err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.p.lockTimeout())
+	defer cancel()
+	release, err := c.store.LockDevice(ctx, dev)
+	if err != nil {
+		return nil, fmt.Errorf("RDMA device %s: %v", dev, err)
+	}
+	return c.releaser("lock of RDMA device "+dev, release), nil
+}
+
+// tryLockDevice takes the lock of dev if no other call holds it.
+func (c *call) tryLockDevice(dev string) (unlock func(), ok bool, err error) {
+	release, ok, err := c.store.TryLockDevice(dev)
+	if err != nil || !ok {
+		return nil, false, err
+	}
+	return c.releaser("lock of RDMA device "+dev, release), true, nil
+}
+
+func (c *call) releaser(what string, release func() error) func() {
 	return func() {
 		if err := release(); err != nil {
-			c.log.Warnf("releasing state lock: %v", err)
+			c.log.Warnf("releasing %s: %v", what, err)
 		}
-	}, nil
+	}
 }
 
 func (p *Plugin) lockTimeout() time.Duration {

@@ -58,20 +58,32 @@ func (c *call) reconcile(recs []*state.Record) ([]*state.Record, error) {
 			live = append(live, rec)
 			continue
 		}
-		stale, err := c.staleClaim(rec)
+		stale, err := c.dropIfStale(rec)
 		if err != nil {
 			return nil, err
 		}
 		if !stale {
 			live = append(live, rec)
-			continue
-		}
-		c.clearQoS(rec)
-		if err := c.store.Delete(rec.Key); err != nil {
-			return nil, err
 		}
 	}
 	return live, nil
+}
+
+// dropIfStale removes rec if the kernel shows it stale. A record whose
+// device another call is moving is that call's to write: it counts as
+// live, whatever the kernel shows halfway through the move.
+func (c *call) dropIfStale(rec *state.Record) (bool, error) {
+	unlock, ok, err := c.tryLockDevice(rec.Device)
+	if err != nil || !ok {
+		return false, err
+	}
+	defer unlock()
+	stale, err := c.staleClaim(rec)
+	if err != nil || !stale {
+		return false, err
+	}
+	c.clearQoS(rec)
+	return true, c.store.Delete(rec.Key)
 }
 
 // staleClaim decides one record of another attachment, restoring the host

@@ -42,7 +42,10 @@ func (c *call) gc() error {
 	for _, a := range c.conf.ValidAttachments {
 		valid[state.Key{Network: c.conf.Name, ContainerID: a.ContainerID, IfName: a.IfName}] = true
 	}
-	unlock, err := c.openStore()
+	if err := c.openStore(); err != nil {
+		return err
+	}
+	unlock, err := c.lockNode()
 	if err != nil {
 		return err
 	}
@@ -57,16 +60,37 @@ func (c *call) gc() error {
 		if rec.Network != c.conf.Name || valid[rec.Key] {
 			continue
 		}
-		if err := c.release(rec, rec.Netns); err != nil {
+		if err := c.collect(rec); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %v", rec.Key, err))
-			continue
 		}
-		c.clearQoS(rec)
-		if err := c.store.Delete(rec.Key); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		c.log.Infof("GC: removed stale attachment %s (device %s)", rec.Key, rec.Device)
 	}
 	return errors.Join(errs...)
+}
+
+// collect returns the device of a record the runtime no longer knows and
+// removes the record, holding the attachment's and the device's locks.
+func (c *call) collect(rec *state.Record) error {
+	unlockAtt, ok, err := c.store.TryLockAttachment(rec.Key)
+	if err != nil || !ok {
+		// An ADD or DEL of the attachment is running: it is not stale.
+		return err
+	}
+	defer c.releaser("lock of attachment "+rec.Key.String(), unlockAtt)()
+	if _, err := c.store.Get(rec.Key); err != nil {
+		return nil // a DEL removed it since GC listed the records
+	}
+	unlock, err := c.lockDevice(rec.Device)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if err := c.release(rec, rec.Netns); err != nil {
+		return err
+	}
+	c.clearQoS(rec)
+	if err := c.store.Delete(rec.Key); err != nil {
+		return err
+	}
+	c.log.Infof("GC: removed stale attachment %s (device %s)", rec.Key, rec.Device)
+	return nil
 }

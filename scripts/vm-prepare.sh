@@ -81,7 +81,7 @@ resolve_kernel
 # A kernel that is not cached yet is about to be downloaded: a machine's apt
 # lists may be weeks old and name an ABI the mirror no longer carries, so
 # refresh them first. A cached kernel needs no network at all.
-if [ -z "$KVER" ] || [ "$KVER" = "(none)" ] || [ ! -f "$CACHE_ROOT/${ABI}_${KVER}/.base.stamp" ]; then
+if [ -z "$KVER" ] || [ "$KVER" = "(none)" ] || [ ! -f "$CACHE_ROOT/${ABI}_${KVER}/.root.stamp" ]; then
   apt_update_once
   resolve_kernel
 fi
@@ -177,12 +177,16 @@ fi
 # ---------------------------------------------------------------------------
 PATCHES=$(ls "$PATCH_DIR"/*.patch 2>/dev/null | sort)
 [ -n "$PATCHES" ] || die "no patches in $PATCH_DIR"
-RXE_KO="$KDIR/rxe/rdma_rxe.ko"
 KEY_RXE="$KEY_ROOT $(sha $PATCHES)"
-if ! stamp_ok "$KDIR/.rxe.stamp" "$KEY_RXE" || [ ! -f "$RXE_KO" ]; then
-  B="$KDIR/build/rxe"
-  rm -rf "$KDIR/build" "$KDIR/rxe"
-  mkdir -p "$KDIR/build" "$KDIR/rxe"
+# One slot per set of patches: checkouts (branches, worktrees) that differ in
+# their patches share the cache without rebuilding each other's module, and
+# the base initramfs that carries it, at every boot.
+slot() { echo "$1" | sha256sum | cut -c1-16; }
+RXE_KO="$KDIR/rxe-slots/$(slot "$KEY_RXE")/rdma_rxe.ko"
+if [ ! -f "$RXE_KO" ]; then
+  B="$KDIR/build/rxe-$(slot "$KEY_RXE")"
+  rm -rf "$B"
+  mkdir -p "$KDIR/build" "$(dirname "$RXE_KO")"
   cp -a "$RXE_ORIG" "$B"
   for p in $PATCHES; do
     log "applying $(basename "$p")"
@@ -190,10 +194,11 @@ if ! stamp_ok "$KDIR/.rxe.stamp" "$KEY_RXE" || [ ! -f "$RXE_KO" ]; then
   done
   log "building rdma_rxe.ko"
   run_logged make -C "$ROOT/usr/src/linux-headers-$ABI" M="$B" -j"$(nproc)" modules
-  cp "$B/rdma_rxe.ko" "$RXE_KO"
-  vermagic=$(modinfo -F vermagic "$RXE_KO")
+  vermagic=$(modinfo -F vermagic "$B/rdma_rxe.ko")
   case "$vermagic" in "$ABI "*) ;; *) die "built rxe has vermagic '$vermagic', want $ABI" ;; esac
-  echo "$KEY_RXE" > "$KDIR/.rxe.stamp"
+  cp "$B/rdma_rxe.ko" "$RXE_KO.tmp"
+  mv "$RXE_KO.tmp" "$RXE_KO"
+  rm -rf "$B"
 fi
 
 # ---------------------------------------------------------------------------
@@ -240,13 +245,13 @@ fi
 GUEST_MODULES="virtio_pci virtio_net crc32_generic configfs
   ib_core ib_uverbs ib_umad rdma_cm rdma_ucm rdma_rxe
   veth bridge macvlan ipvlan dummy 8021q"
-BASE_CPIO="$KDIR/base.cpio"
 pkgver() { dpkg-query -W -f='${Version}' "$1"; }
 KEY_BASE="$KEY_RXE $(sha "$RXE_KO" "${BASH_SOURCE[0]}") \
 busybox=$(pkgver busybox-static) iproute2=$(pkgver iproute2) kmod=$(pkgver kmod) \
 libc=$(pkgver libc6) libgcc=$(pkgver libgcc-s1) $GUEST_MODULES $KEY_RDMA"
 KEY_BASE=$(echo "$KEY_BASE" | tr -s ' \n' ' ')
-if ! stamp_ok "$KDIR/.base.stamp" "$KEY_BASE" || [ ! -f "$BASE_CPIO" ]; then
+BASE_CPIO="$KDIR/base-slots/$(slot "$KEY_BASE").cpio"
+if [ ! -f "$BASE_CPIO" ]; then
   log "building base initramfs"
   S="$KDIR/initramfs-base"
   rm -rf "$S"
@@ -329,11 +334,15 @@ if ! stamp_ok "$KDIR/.base.stamp" "$KEY_BASE" || [ ! -f "$BASE_CPIO" ]; then
   run_logged depmod -b "$S" "$ABI"
   echo "$GUEST_MODULES" | tr -s ' \n' '\n' | sed '/^$/d' > "$S/etc/vm-modules"
 
+  mkdir -p "$(dirname "$BASE_CPIO")"
   (cd "$S" && find . -mindepth 1 | LC_ALL=C sort | cpio -o -H newc -R 0:0 --quiet) > "$BASE_CPIO.tmp"
   mv "$BASE_CPIO.tmp" "$BASE_CPIO"
-  echo "$KEY_BASE" > "$KDIR/.base.stamp"
   log "base initramfs: $(du -h "$BASE_CPIO" | cut -f1)"
 fi
+
+# A slot no checkout has booted for two weeks goes.
+touch "$RXE_KO" "$BASE_CPIO"
+find "$KDIR/rxe-slots" "$KDIR/base-slots" -mindepth 1 -maxdepth 1 -mtime +14 -exec rm -rf {} + 2>/dev/null || true
 
 log "ready: $VMLINUZ + $BASE_CPIO"
 if [ "$PRINT_ENV" = 1 ]; then

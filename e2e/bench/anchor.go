@@ -208,12 +208,6 @@ func anchors(rep *report, nic rig.NIC, pod *rig.Pod, rounds int, minimalStart ti
 	}
 	rep.note("floor = kernel round trip %s ms (in-process: look up, move in, enter the pod, look up, move out) + 2 x minimal start %s ms",
 		rig.Ms(stFloor.Median-2*minimalStart), rig.Ms(minimalStart))
-	verdict := func(ok bool) string {
-		if ok {
-			return "MET"
-		}
-		return "MISSED"
-	}
 	r := float64(rig.Summarize(ours.sums).Median) / float64(stFloor.Median)
 	rep.note("target rdma-netns (no hint) ADD+DEL <= 1.3x floor: %s (%.2fx; per-round ratios %s)", verdict(r <= 1.3), r, spread(ours.sums, floor.sums))
 	if upstream != nil {

@@ -14,25 +14,23 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/rdma-netns/rdma-netns/e2e/internal/plot"
 	"github.com/rdma-netns/rdma-netns/e2e/internal/rig"
 )
 
 var (
 	scrapeRounds = flag.Int("scrape-rounds", 30, "scrapes of rdma-netns-exporter per measurement")
-	scrapePods   = flag.Int("scrape-pods", 16, "pods holding one device each for the exporter's scrape cost")
+	scrapeHeld   = flag.String("scrape-held", "8,28", "curve 4: numbers of devices held by pods, one each, for the exporter's scrape cost")
 )
 
 const benchExporterAddr = "127.0.0.1:9762"
 
-// exporterScrape measures what one scrape of rdma-netns-exporter costs with
-// every device on the host (no netns to enter), then with scrapePods
-// devices each in a pod of its own (one netns entered, with a private
-// sysfs mounted, per pod).
+// exporterScrape is curve 4: what one scrape of rdma-netns-exporter costs
+// with every device on the host (no netns to enter), then with some held
+// by pods, one each (one netns entered, with a private sysfs mounted, per
+// pod). The host-only scrapes run before and after the others, and count
+// together, so drift over the run hits both sides.
 func exporterScrape(rep *report, nics []rig.NIC) error {
-	n := min(*scrapePods, len(nics))
-	if n < *scrapePods {
-		rep.note("exporter: %d pods instead of %d: the VM has %d NICs", n, *scrapePods, len(nics))
-	}
 	cmd := exec.Command("/usr/local/bin/rdma-netns-exporter", "--listen", benchExporterAddr)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -44,17 +42,72 @@ func exporterScrape(rep *report, nics []rig.NIC) error {
 	if err := waitHealthy(base); err != nil {
 		return fmt.Errorf("%v: %s", err, stderr.String())
 	}
-
-	hostOnly, _, err := scrapes(base, len(nics))
-	if err != nil {
-		return fmt.Errorf("exporter, devices on the host: %v: %s", err, stderr.String())
+	hostTimes := func() ([]time.Duration, error) {
+		ts, _, err := scrapes(base, len(nics))
+		if err != nil {
+			return nil, fmt.Errorf("exporter, devices on the host: %v: %s", err, stderr.String())
+		}
+		return ts, nil
 	}
-	rep.add("exporter", fmt.Sprintf("scrape, %d devices on the host", len(nics)), hostOnly, 0, "", "GET /metrics, parsed")
+	before, err := hostTimes()
+	if err != nil {
+		return err
+	}
+	type point struct {
+		held  int
+		times []time.Duration
+		note  string
+	}
+	var points []point
+	for _, k := range intList(*scrapeHeld) {
+		if k == 0 {
+			continue
+		}
+		if k > len(nics) {
+			rep.note("curve 4: %d devices held skipped, the VM has %d NICs", k, len(nics))
+			continue
+		}
+		ts, note, err := scrapesHeld(base, nics, k)
+		if err != nil {
+			return fmt.Errorf("%v: %s", err, stderr.String())
+		}
+		points = append(points, point{k, ts, note})
+	}
+	after, err := hostTimes()
+	if err != nil {
+		return err
+	}
+	host := rig.Summarize(append(before, after...))
+	rep.add("exporter", fmt.Sprintf("scrape, %d devices, all on the host", len(nics)), host, 0, "", "GET /metrics, parsed; scraped before and after the rows below")
+	xs, ys, hs := []float64{0}, []float64{ms(host.Median)}, []float64{ms(host.Median)}
+	worst := 0.0
+	for _, p := range points {
+		s := rig.Summarize(p.times)
+		rep.add("exporter", fmt.Sprintf("scrape, %d devices, %d of them held by pods", len(nics), p.held), s, host.Median, "all on the host", p.note)
+		xs, ys, hs = append(xs, float64(p.held)), append(ys, ms(s.Median)), append(hs, ms(host.Median))
+		worst = max(worst, float64(s.Median)/float64(host.Median))
+	}
+	if len(points) > 0 {
+		rep.note("target scrape with devices held by pods <= 1.3x the same devices on the host: %s (worst %.2fx)", verdict(worst <= 1.3), worst)
+		goal := make([]float64, len(hs))
+		for i := range goal {
+			goal[i] = 1.3 * hs[i]
+		}
+		(&plot.Plot{Name: "curve4-exporter-scrape", Title: fmt.Sprintf("Curve 4: exporter scrape, %d devices on the node", len(nics)),
+			XLabel: "devices held by pods (one each)", YLabel: "ms per scrape (median)", Xs: xs,
+			Series: []plot.Series{{Label: "scrape", Ys: ys}, {Label: "all devices on the host", Ys: hs, Dashed: true}, {Label: "goal: 1.3x that", Ys: goal, Dashed: true}}}).Emit()
+	}
+	return nil
+}
 
-	pods := make([]*rig.Pod, n)
+// scrapesHeld attaches the first k NICs to k pods through the chain, with
+// pod names for the exporter's labels, scrapes, and detaches them.
+func scrapesHeld(base string, nics []rig.NIC, k int) ([]time.Duration, string, error) {
+	pods := make([]*rig.Pod, k)
 	for i := range pods {
+		var err error
 		if pods[i], err = rig.NewPod(); err != nil {
-			return err
+			return nil, "", err
 		}
 	}
 	defer func() {
@@ -65,48 +118,44 @@ func exporterScrape(rep *report, nics []rig.NIC) error {
 	}()
 	cache, err := os.MkdirTemp("", "bench-exporter")
 	if err != nil {
-		return err
+		return nil, "", err
 	}
 	defer os.RemoveAll(cache)
 	c := rig.CNI(cache)
-	type attachment struct {
-		del func() error
-	}
-	var attached []attachment
+	var attached []func() error
 	defer func() {
-		for _, a := range attached {
-			a.del()
+		for _, del := range attached {
+			del()
 		}
 	}()
-	for i, nic := range nics[:n] {
+	for i, nic := range nics[:k] {
 		l, err := rig.Chain("bench-exporter", nic.Netdev, 100+i, map[string]any{})
 		if err != nil {
-			return err
+			return nil, "", err
 		}
 		rt := rig.RT(fmt.Sprintf("exporter-%d", i), pods[i].Path(), "net1")
 		rt.Args = [][2]string{{"IgnoreUnknown", "1"}, {"K8S_POD_NAMESPACE", "bench"}, {"K8S_POD_NAME", fmt.Sprintf("worker-%d", i)}}
 		if err := rig.AddChain(c, l, rt); err != nil {
-			return fmt.Errorf("exporter bench: ADD %s: %v", nic.Netdev, err)
+			return nil, "", fmt.Errorf("exporter bench: ADD %s: %v", nic.Netdev, err)
 		}
-		attached = append(attached, attachment{del: func() error { return rig.DelChain(c, l, rt) }})
+		attached = append(attached, func() error { return rig.DelChain(c, l, rt) })
 	}
-	inPods, body, err := scrapes(base, len(nics))
+	times, body, err := scrapes(base, len(nics))
 	if err != nil {
-		return fmt.Errorf("exporter, %d devices in pods: %v: %s", n, err, stderr.String())
+		return nil, "", fmt.Errorf("exporter, %d devices in pods: %v", k, err)
 	}
 	if got := strings.Count(body, `pod="worker-`); got == 0 {
-		return fmt.Errorf("exporter: no sample names a pod:\n%s", body)
+		return nil, "", fmt.Errorf("exporter: no sample names a pod:\n%s", body)
 	}
-	rep.add("exporter", fmt.Sprintf("scrape, %d devices in %d pods", n, n), inPods, hostOnly.Median, "host only",
-		fmt.Sprintf("%d samples, %d bytes; %s", strings.Count(body, "\nrdma_"), len(body), selfMetrics(body)))
+	note := fmt.Sprintf("%d samples, %d bytes; %s", strings.Count(body, "\nrdma_"), len(body), selfMetrics(body))
 	for len(attached) > 0 {
 		last := attached[len(attached)-1]
 		attached = attached[:len(attached)-1]
-		if err := last.del(); err != nil {
-			return fmt.Errorf("exporter bench: DEL: %v", err)
+		if err := last(); err != nil {
+			return nil, "", fmt.Errorf("exporter bench: DEL: %v", err)
 		}
 	}
-	return nil
+	return times, note, nil
 }
 
 func waitHealthy(base string) error {
@@ -122,32 +171,32 @@ func waitHealthy(base string) error {
 }
 
 // scrapes times *scrapeRounds scrapes and checks each reports every device.
-func scrapes(base string, devices int) (rig.Stats, string, error) {
+func scrapes(base string, devices int) ([]time.Duration, string, error) {
 	var times []time.Duration
 	var body string
 	for range *scrapeRounds {
 		t0 := time.Now()
 		resp, err := http.Get(base + "/metrics")
 		if err != nil {
-			return rig.Stats{}, "", err
+			return nil, "", err
 		}
 		b, err := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		times = append(times, time.Since(t0))
 		if err != nil {
-			return rig.Stats{}, "", err
+			return nil, "", err
 		}
 		body = string(b)
 		p := expfmt.NewTextParser(model.LegacyValidation)
 		fams, err := p.TextToMetricFamilies(bytes.NewReader(b))
 		if err != nil {
-			return rig.Stats{}, "", fmt.Errorf("invalid exposition format: %v", err)
+			return nil, "", fmt.Errorf("invalid exposition format: %v", err)
 		}
 		if got := fams["rdma_exporter_devices"].GetMetric()[0].GetGauge().GetValue(); int(got) != devices {
-			return rig.Stats{}, "", fmt.Errorf("scrape reported %v devices, want %d", got, devices)
+			return nil, "", fmt.Errorf("scrape reported %v devices, want %d", got, devices)
 		}
 	}
-	return rig.Summarize(times), body, nil
+	return times, body, nil
 }
 
 // selfMetrics picks the exporter's own figures from a scrape.

@@ -16,7 +16,6 @@ import (
 	"runtime"
 	"sort"
 	"strings"
-	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -37,12 +36,10 @@ var (
 	rounds      = flag.Int("rounds", 30, "rounds for process-level measurements")
 	floorRounds = flag.Int("floor-rounds", 100, "rounds for the in-process kernel floor")
 	chainRounds = flag.Int("chain-rounds", 15, "rounds for the libcni chain measurements")
-	scaleReps   = flag.Int("scale-reps", 3, "repetitions of each scale step")
-	scaleList   = flag.String("scale", "1,4,8,16", "numbers of NICs attached in parallel")
 	outFile     = flag.String("out", "/tmp/bench.txt", "where to write the table")
 	anchorRnds  = flag.Int("anchor-rounds", 20, "interleaved rounds of ADD+DEL against the floor and upstream rdma-cni")
 	startRounds = flag.Int("startup-rounds", 40, "interleaved start-ups of each binary")
-	sections    = flag.String("sections", "anchor,alone,inproc,trace,chain,scale,exporter", "which parts to run, comma separated")
+	sections    = flag.String("sections", "anchor,alone,inproc,trace,chain,devices,concurrent,exporter", "which parts to run, comma separated")
 )
 
 func want(section string) bool {
@@ -142,8 +139,14 @@ func run() error {
 			return err
 		}
 	}
-	if want("scale") {
-		if err := scale(rep, nics); err != nil {
+	// --- the curves of cost against the size of the node (curves.go)
+	if want("devices") {
+		if err := deviceCounts(rep, nics); err != nil {
+			return err
+		}
+	}
+	if want("concurrent") {
+		if err := concurrentPods(rep, nics); err != nil {
 			return err
 		}
 	}
@@ -620,162 +623,4 @@ func chains(rep *report, n rig.NIC) error {
 	rep.add("chain", "host-device(+static) DEL alone", sHdD, 0, "", "libcni")
 	rep.add("chain", "host-device + rdma-netns DEL", rig.Summarize(chDel), sHdD.Median, "host-device alone", "libcni")
 	return nil
-}
-
-// scale attaches N NICs in parallel (one pod each), then detaches them, and
-// reports the time per attachment.
-func scale(rep *report, nics []rig.NIC) error {
-	var ns []int
-	for _, f := range strings.Split(*scaleList, ",") {
-		var n int
-		if _, err := fmt.Sscan(f, &n); err == nil && n > 0 {
-			ns = append(ns, n)
-		}
-	}
-	failures := 0
-	for _, mode := range []string{"alone", "chain"} {
-		var perAtt1 time.Duration
-		for _, n := range ns {
-			if n > len(nics) {
-				rep.note("scale %d skipped: the VM has %d NICs (boot it with --nics %d)", n, len(nics), n+1)
-				continue
-			}
-			var addWall, delWall, addLat, delLat []time.Duration
-			for rep := 0; rep < *scaleReps; rep++ {
-				aw, dw, al, dl, fails, err := scaleOnce(mode, nics[:n])
-				if err != nil {
-					return fmt.Errorf("scale %s %d: %v", mode, n, err)
-				}
-				failures += fails
-				addWall, delWall = append(addWall, aw/time.Duration(n)), append(delWall, dw/time.Duration(n))
-				addLat, delLat = append(addLat, al...), append(delLat, dl...)
-			}
-			sA := rig.Summarize(addWall)
-			if n == ns[0] {
-				perAtt1 = sA.Median
-			}
-			rep.add("scale "+mode, fmt.Sprintf("N=%2d parallel ADD: wall/N", n), sA, perAtt1, fmt.Sprintf("N=%d", ns[0]), fmt.Sprintf("per-call median %s ms p95 %s ms", rig.Ms(rig.Summarize(addLat).Median), rig.Ms(rig.Summarize(addLat).P95)))
-			rep.add("scale "+mode, fmt.Sprintf("N=%2d parallel DEL: wall/N", n), rig.Summarize(delWall), 0, "", fmt.Sprintf("per-call median %s ms p95 %s ms", rig.Ms(rig.Summarize(delLat).Median), rig.Ms(rig.Summarize(delLat).P95)))
-		}
-	}
-	rep.note("scale: failed calls: %d", failures)
-	if failures > 0 {
-		return fmt.Errorf("%d calls failed in the scale runs", failures)
-	}
-	return nil
-}
-
-func scaleOnce(mode string, nics []rig.NIC) (addWall, delWall time.Duration, addLat, delLat []time.Duration, fails int, err error) {
-	n := len(nics)
-	pods := make([]*rig.Pod, n)
-	for i := range pods {
-		if pods[i], err = rig.NewPod(); err != nil {
-			return
-		}
-	}
-	defer func() {
-		for _, p := range pods {
-			p.Destroy()
-		}
-		rig.WaitHome(nics, 5*time.Second)
-	}()
-	cache, _ := os.MkdirTemp("", "bench-scale")
-	defer os.RemoveAll(cache)
-	c := rig.CNI(cache)
-	type job struct {
-		add, del func() error
-	}
-	jobs := make([]job, n)
-	for i, nic := range nics {
-		i, nic := i, nic
-		id := fmt.Sprintf("scale-%d", i)
-		switch mode {
-		case "alone":
-			if err = rig.MoveNetdevIn(nic.Netdev, pods[i].Path()); err != nil {
-				return
-			}
-			call := rig.Call{Verb: "ADD", ContainerID: id, Netns: pods[i].Path(), IfName: nic.Netdev,
-				Stdin: rig.PluginConf("bench-scale", nic.Netdev, pods[i].Path(), nil)}
-			dcall := call
-			dcall.Verb = "DEL"
-			jobs[i] = job{
-				add: func() error {
-					if r := rig.Exec(call); r.Failed() {
-						return fmt.Errorf("%v: %s", r.Err, r.Msg())
-					}
-					return nil
-				},
-				del: func() error {
-					if r := rig.Exec(dcall); r.Failed() {
-						return fmt.Errorf("%v: %s", r.Err, r.Msg())
-					}
-					return nil
-				},
-			}
-		case "chain":
-			l, e := rig.Chain("bench-scale", nic.Netdev, i, map[string]any{})
-			if e != nil {
-				err = e
-				return
-			}
-			rt := rig.RT(id, pods[i].Path(), "net1")
-			jobs[i] = job{add: func() error { return rig.AddChain(c, l, rt) }, del: func() error { return rig.DelChain(c, l, rt) }}
-		}
-	}
-	parallel := func(f func(job) error) (time.Duration, []time.Duration, int) {
-		var wg sync.WaitGroup
-		var mu sync.Mutex
-		lat := make([]time.Duration, n)
-		bad := 0
-		gate := make(chan struct{})
-		for i := range jobs {
-			wg.Add(1)
-			go func(i int) {
-				defer wg.Done()
-				<-gate
-				t0 := time.Now()
-				err := f(jobs[i])
-				lat[i] = time.Since(t0)
-				if err != nil {
-					mu.Lock()
-					bad++
-					mu.Unlock()
-					fmt.Fprintf(os.Stderr, "[bench] scale %s call %d failed: %v\n", mode, i, err)
-				}
-			}(i)
-		}
-		t0 := time.Now()
-		close(gate)
-		wg.Wait()
-		return time.Since(t0), lat, bad
-	}
-	var b int
-	addWall, addLat, b = parallel(func(j job) error { return j.add() })
-	fails += b
-	for i, nic := range nics {
-		in, e := rig.RDMAIn(pods[i].Path())
-		if e != nil || !rig.Contains(in, nic.RDMA) {
-			fails++
-			fmt.Fprintf(os.Stderr, "[bench] scale %s: %s not in its pod after ADD (pod has %v)\n", mode, nic.RDMA, in)
-		}
-	}
-	delWall, delLat, b = parallel(func(j job) error { return j.del() })
-	fails += b
-	if mode == "alone" {
-		for i, nic := range nics {
-			if e := rig.MoveNetdevOut(nic.Netdev, pods[i].Path()); e != nil {
-				err = e
-				return
-			}
-		}
-	}
-	if missing, e := rig.Missing(nics); e != nil || len(missing) > 0 {
-		fails++
-		fmt.Fprintf(os.Stderr, "[bench] scale %s: not home after DEL: %v %v\n", mode, missing, e)
-	}
-	if recs := rig.Records(rig.StateDir); len(recs) > 0 {
-		fails++
-		fmt.Fprintf(os.Stderr, "[bench] scale %s: records left: %v\n", mode, recs)
-	}
-	return
 }

@@ -389,16 +389,17 @@ func unwritableState(n rig.NIC) {
 		a.close()
 	}
 
-	// The state write after the move fails. A renamed device's record is
-	// written before the move too: the directory holds root + lock + that
-	// record (3 inodes) and the rewrite after the move finds no room. A
-	// plain move writes its record only after the move: root + lock (2).
+	// The state write after the move fails. Before the move the directory
+	// holds root + lock, the attachment's lock (its directory and file) and
+	// the device's (the same): 6 inodes. A renamed device's record is
+	// written before the move too (7), and the rewrite after the move finds
+	// no room. A plain move writes its record only after the move.
 	full := "/run/stress-state-full"
 	os.MkdirAll(full, 0o700)
 	for _, rename := range []bool{false, true} {
-		inodes := 2
+		inodes := 6
 		if rename {
-			inodes = 3
+			inodes = 7
 		}
 		if err := mount("-t", "tmpfs", "-o", fmt.Sprintf("mode=0700,nr_inodes=%d", inodes), "tmpfs", full); err != nil {
 			failf("%v", err)

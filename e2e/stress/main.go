@@ -1,6 +1,6 @@
 // Command rdma-netns-stress hammers rdma-netns in the test VM (`make
 // stress`): seeded random ADD/DEL interleavings across pods, racing ADDs
-// for one device, injected faults (pod netns deleted, plugin SIGKILLed
+// for one device, concurrent ADD/DEL on the same and on other devices, injected faults (pod netns deleted, plugin SIGKILLed
 // mid-call, corrupt state files, state directory read-only or full) and
 // hostile input. After everything it checks that every RDMA device and
 // netdev is back in the host and no attachment record is left; any leak or
@@ -21,20 +21,23 @@ import (
 )
 
 var (
-	rounds  = flag.Int("rounds", 200, "ADD/DEL rounds across the pods")
-	pods    = flag.Int("pods", 8, "pods (one NIC each) in the rounds")
-	workers = flag.Int("workers", 4, "concurrent callers in the rounds")
-	seed    = flag.Uint64("seed", 0, "random seed (0: from the clock)")
-	races   = flag.Int("races", 20, "racing ADD pairs for one device")
-	kills   = flag.Int("kills", 30, "SIGKILL fault rounds")
-	reboots = flag.Int("reboots", 5, "rounds of every pod netns deleted at once without DEL")
-	verbose = flag.Bool("v", false, "log every ADD/DEL of the rounds")
+	rounds     = flag.Int("rounds", 200, "ADD/DEL rounds across the pods")
+	pods       = flag.Int("pods", 8, "pods (one NIC each) in the rounds")
+	workers    = flag.Int("workers", 4, "concurrent callers in the rounds")
+	seed       = flag.Uint64("seed", 0, "random seed (0: from the clock)")
+	races      = flag.Int("races", 20, "racing ADD pairs for one device")
+	concurrent = flag.Int("concurrent", 10, "ADD+DEL rounds of each pod in the concurrent phase (two pods per device, four devices)")
+	kills      = flag.Int("kills", 30, "SIGKILL fault rounds")
+	reboots    = flag.Int("reboots", 5, "rounds of every pod netns deleted at once without DEL")
+	verbose    = flag.Bool("v", false, "log every ADD/DEL of the rounds")
 )
 
 type stats struct {
 	rounds, adds, dels          atomic.Int64
 	faults                      map[string]*atomic.Int64
 	races, raceWins             atomic.Int64
+	concurrentCalls             atomic.Int64
+	concurrentWins              atomic.Int64
 	badInputs                   atomic.Int64
 	killedMidFlight             atomic.Int64
 	tempLeft                    atomic.Int64
@@ -116,6 +119,7 @@ func main() {
 	phase("random ADD/DEL rounds", func() { randomRounds(nics[:*pods], rng.Uint64()) })
 	spare := nics[len(nics)-1]
 	phase("racing ADDs for one device", func() { raceAdds(spare) })
+	phase("concurrent ADD/DEL on the same and on other devices", func() { concurrentAddDel(nics[:4], rng.Uint64()) })
 	phase("SIGKILL during ADD and DEL", func() { killRounds(nics[*pods:*pods+2], rand.New(rand.NewPCG(rng.Uint64(), 1))) })
 	phase("corrupt state files", func() { corruptState(nics[*pods], nics[*pods+1]) })
 	phase("reboot: pod netns gone without DEL", func() { rebootRounds(nics[:4], *reboots) })
@@ -147,6 +151,7 @@ func main() {
 	fmt.Printf("seed:              %d\n", *seed)
 	fmt.Printf("rounds run:        %d (ADD %d, DEL %d) across %d pods, %d workers\n", st.rounds.Load(), st.adds.Load(), st.dels.Load(), *pods, *workers)
 	fmt.Printf("racing ADD pairs:  %d (exactly one winner each: %d)\n", st.races.Load(), st.raceWins.Load())
+	fmt.Printf("concurrent calls:  %d ADD/DEL from 8 pods on 4 devices at once (%d ADDs won; never two owners of a device)\n", st.concurrentCalls.Load(), st.concurrentWins.Load())
 	fmt.Printf("faults injected:   %d (%s); plugin killed mid-call %d times\n", faultTotal, strings.Join(sortedStrings(faultParts), ", "), st.killedMidFlight.Load())
 	fmt.Printf("bad inputs tried:  %d\n", st.badInputs.Load())
 	fmt.Printf("devices leaked:    %d\n", st.leakedDevices)

@@ -292,16 +292,27 @@ func devices(h *netlink.Handle) ([]*netlink.RdmaLink, error) {
 	}
 }
 
+// lookupDumps bounds the device dumps lookup makes before it calls a
+// device absent.
+const lookupDumps = 3
+
 // lookup finds the named device among those of the handle's netns, nil if
-// it is not there.
+// it is not there. The kernel's device dump is not a snapshot: when it
+// spans several messages (a dozen devices or more), the next message
+// resumes at a position among the netns' devices, so a device that leaves
+// the netns meanwhile (another pod's move) shifts the rest and one is
+// skipped, without NLM_F_DUMP_INTR. A device missing from the dump is
+// looked for again before it is declared absent.
 func lookup(h *netlink.Handle, name string) (*netlink.RdmaLink, error) {
-	devs, err := devices(h)
-	if err != nil {
-		return nil, err
-	}
-	for _, d := range devs {
-		if d.Attrs.Name == name {
-			return d, nil
+	for i := 0; i < lookupDumps; i++ {
+		devs, err := devices(h)
+		if err != nil {
+			return nil, err
+		}
+		for _, d := range devs {
+			if d.Attrs.Name == name {
+				return d, nil
+			}
 		}
 	}
 	return nil, nil

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -28,7 +30,9 @@ func (s *Store) LockPath() string { return filepath.Join(s.dir, lockFileName) }
 
 // Lock takes the node-wide state lock, waiting until ctx is done. Give ctx
 // a deadline (see DefaultLockTimeout): without one, a hung holder blocks
-// the caller forever.
+// the caller forever. It is held while a call reads the records and decides
+// which device is whose, not while the kernel moves a device: that part
+// holds only the device's own lock (LockDevice).
 //
 // The lock is flock(2) on a file opened anew for every call. flock belongs
 // to the open file description, so it excludes other processes and other
@@ -37,13 +41,143 @@ func (s *Store) LockPath() string { return filepath.Join(s.dir, lockFileName) }
 //
 // The returned unlock may be called more than once; later calls do nothing.
 func (s *Store) Lock(ctx context.Context) (unlock func() error, err error) {
-	path := s.LockPath()
+	return lockFile(ctx, s.LockPath(), true)
+}
+
+// DeviceLockDir holds one lock file per RDMA device, by its host name.
+const DeviceLockDir = "devices"
+
+// DeviceLockPath returns the lock file of the RDMA device named dev.
+func (s *Store) DeviceLockPath(dev string) string {
+	return filepath.Join(s.dir, DeviceLockDir, dev)
+}
+
+// LockDevice takes the lock of one RDMA device, waiting until ctx is done.
+// Whoever changes where the device is, or the record that names it, holds
+// it from the decision to the record's last write: ADD across its move,
+// DEL and GC across their release. Calls on other devices do not wait for
+// it, so their kernel moves overlap.
+//
+// Order: attachment lock, node lock, device lock. A caller may wait for a
+// device lock while holding the node lock (Lock) or an attachment lock
+// (LockAttachment), never for either while holding a device lock, and
+// never for a second device lock; whoever holds the node lock takes
+// attachment locks only without waiting (TryLockAttachment). So no two
+// callers wait for each other.
+func (s *Store) LockDevice(ctx context.Context, dev string) (unlock func() error, err error) {
+	path, err := s.deviceLockFile(dev)
+	if err != nil {
+		return nil, err
+	}
+	return lockFile(ctx, path, true)
+}
+
+// TryLockDevice takes the lock of one RDMA device if nobody holds it; ok is
+// false, and unlock nil, when another call does.
+func (s *Store) TryLockDevice(dev string) (unlock func() error, ok bool, err error) {
+	path, err := s.deviceLockFile(dev)
+	if err != nil {
+		return nil, false, err
+	}
+	unlock, err = lockFile(context.Background(), path, false)
+	if errors.Is(err, errLocked) {
+		return nil, false, nil
+	}
+	return unlock, err == nil, err
+}
+
+func (s *Store) deviceLockFile(dev string) (string, error) {
+	if err := ValidateDeviceName(dev); err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(filepath.Join(s.dir, DeviceLockDir), dirPerm); err != nil {
+		return "", fmt.Errorf("creating rdma-netns device locks: %w", err)
+	}
+	return s.DeviceLockPath(dev), nil
+}
+
+// AttachmentLockDir holds one lock file per attachment that has a record
+// or a call in progress.
+const AttachmentLockDir = "attachments"
+
+// LockAttachment takes the lock of one attachment, waiting until ctx is
+// done: ADD and DEL of the same attachment hold it from start to end, so
+// they follow one another as the runtime issued them, while calls on other
+// attachments run beside them. Order: it is taken before the node lock and
+// a device lock, never while holding either. The lock file goes when the
+// lock is released and the attachment has no record.
+func (s *Store) LockAttachment(ctx context.Context, k Key) (unlock func() error, err error) {
+	path, err := s.attachmentLockFile(k)
+	if err != nil {
+		return nil, err
+	}
+	release, err := lockFile(ctx, path, true)
+	if err != nil {
+		return nil, err
+	}
+	return s.dropWithRecord(k, path, release), nil
+}
+
+// TryLockAttachment takes the lock of one attachment if nobody holds it.
+func (s *Store) TryLockAttachment(k Key) (unlock func() error, ok bool, err error) {
+	path, err := s.attachmentLockFile(k)
+	if err != nil {
+		return nil, false, err
+	}
+	release, err := lockFile(context.Background(), path, false)
+	if errors.Is(err, errLocked) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	return s.dropWithRecord(k, path, release), true, nil
+}
+
+func (s *Store) attachmentLockFile(k Key) (string, error) {
+	if err := k.Validate(); err != nil {
+		return "", err
+	}
+	dir := filepath.Join(s.dir, AttachmentLockDir)
+	if err := os.MkdirAll(dir, dirPerm); err != nil {
+		return "", fmt.Errorf("creating rdma-netns attachment locks: %w", err)
+	}
+	return filepath.Join(dir, strings.TrimSuffix(k.fileName(), recordSuffix)), nil
+}
+
+// dropWithRecord removes the lock file, while still holding it, when the
+// attachment has no record: a waiter that opened it finds it unlinked
+// after its flock and opens a new one (lockFile), so nothing grows with
+// every pod the node ever ran.
+func (s *Store) dropWithRecord(k Key, path string, release func() error) func() error {
+	return sync.OnceValue(func() error {
+		if _, err := os.Lstat(filepath.Join(s.dir, k.fileName())); errors.Is(err, fs.ErrNotExist) {
+			_ = os.Remove(path)
+		}
+		return release()
+	})
+}
+
+// errLocked is lockFile's answer, without wait, when another holds the lock.
+var errLocked = errors.New("held by another call")
+
+func lockFile(ctx context.Context, path string, wait bool) (unlock func() error, err error) {
 	for {
 		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, filePerm)
 		if err != nil {
 			return nil, fmt.Errorf("opening rdma-netns state lock: %w", err)
 		}
-		if err := flockWait(ctx, f); err != nil {
+		if wait {
+			err = flockWait(ctx, f)
+		} else {
+			err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+			if errors.Is(err, unix.EWOULDBLOCK) {
+				err = errLocked
+			} else if err != nil {
+				err = fmt.Errorf("locking rdma-netns state lock %s: %w", path, err)
+			}
+		}
+		if err != nil {
 			f.Close()
 			return nil, err
 		}

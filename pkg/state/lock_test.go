@@ -179,3 +179,80 @@ func TestLockAcrossProcesses(t *testing.T) {
 	_ = cmd.Wait()
 	lockT(t, s)()
 }
+
+// A device's lock excludes every other holder of that device's lock and
+// nobody else: the node lock and other devices' locks stay free.
+func TestDeviceLocks(t *testing.T) {
+	s := newStore(t)
+	ctx := context.Background()
+	unlock, err := s.LockDevice(ctx, "mlx5_0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := s.TryLockDevice("mlx5_0"); err != nil || ok {
+		t.Fatalf("TryLockDevice of a held device: ok %v, err %v; want not ok", ok, err)
+	}
+	other, ok, err := s.TryLockDevice("mlx5_1")
+	if err != nil || !ok {
+		t.Fatalf("TryLockDevice of another device: ok %v, err %v", ok, err)
+	}
+	other()
+	node, err := s.Lock(ctx)
+	if err != nil {
+		t.Fatalf("node lock while a device is locked: %v", err)
+	}
+	node()
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if _, err := s.LockDevice(short, "mlx5_0"); err == nil {
+		t.Fatal("LockDevice of a held device succeeded")
+	}
+	unlock()
+	again, ok, err := s.TryLockDevice("mlx5_0")
+	if err != nil || !ok {
+		t.Fatalf("TryLockDevice after release: ok %v, err %v", ok, err)
+	}
+	again()
+	for _, bad := range []string{"", "../lock", "a/b"} {
+		if _, err := s.LockDevice(ctx, bad); err == nil {
+			t.Errorf("LockDevice(%q) succeeded", bad)
+		}
+	}
+}
+
+// An attachment's lock file lives as long as its record or its holder, so
+// the directory does not grow with every pod the node ever ran.
+func TestAttachmentLockFileGoesWithRecord(t *testing.T) {
+	s := newStore(t)
+	k := Key{Network: "rdma-net", ContainerID: "c1", IfName: "net1"}
+	locks := func() int {
+		entries, _ := os.ReadDir(s.Dir() + "/" + AttachmentLockDir)
+		return len(entries)
+	}
+	unlock, err := s.LockAttachment(context.Background(), k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, _ := s.TryLockAttachment(k); ok {
+		t.Fatal("TryLockAttachment of a held attachment succeeded")
+	}
+	if err := s.Put(&Record{Key: k, Netns: "/run/netns/p", Device: "mlx5_0", State: StateAttached}); err != nil {
+		t.Fatal(err)
+	}
+	unlock()
+	if n := locks(); n != 1 {
+		t.Fatalf("%d lock files after a call that left a record, want 1", n)
+	}
+	unlock, ok, err := s.TryLockAttachment(k)
+	if err != nil || !ok {
+		t.Fatalf("TryLockAttachment after release: ok %v, err %v", ok, err)
+	}
+	if err := s.Delete(k); err != nil {
+		t.Fatal(err)
+	}
+	unlock()
+	unlock() // a second call does nothing
+	if n := locks(); n != 0 {
+		t.Fatalf("%d lock files after the record went, want 0", n)
+	}
+}

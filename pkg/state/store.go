@@ -3,9 +3,10 @@
 // process is gone, and so two pods can never own the same device.
 //
 // Each attachment is one JSON file, replaced atomically. Callers serialize
-// read-modify-write sequences across processes with Store.Lock; the
-// individual methods do not lock, so a caller can hold the lock across a
-// whole ADD (check ownership, write "moving", move, write "attached").
+// read-modify-write sequences across processes with two kinds of lock: the
+// node-wide Store.Lock while they read the records and decide which device
+// is whose, and one Store.LockDevice per device while they move it and
+// write its record. The individual methods do not lock.
 package state
 
 import (

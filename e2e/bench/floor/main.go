@@ -46,7 +46,7 @@ func moveIn(dev, nsPath string) error {
 		return err
 	}
 	defer pod.Close()
-	link, err := netlink.RdmaLinkByName(dev)
+	link, err := byName(dev)
 	if err != nil {
 		return err
 	}
@@ -68,9 +68,24 @@ func moveOut(dev, nsPath string) error {
 	if err := netns.Set(pod); err != nil {
 		return err
 	}
-	link, err := netlink.RdmaLinkByName(dev)
+	link, err := byName(dev)
 	if err != nil {
 		return err
 	}
 	return netlink.RdmaLinkSetNsFd(link, uint32(host))
+}
+
+// byName looks the device up by a dump, as any client must (the kernel
+// moves a device by index only), and dumps again when it is missing: a
+// dump that spans several messages can skip a device while other devices
+// leave the netns (pods started at once), as rdma-netns's lookup does.
+func byName(dev string) (*netlink.RdmaLink, error) {
+	var err error
+	for i := 0; i < 3; i++ {
+		var link *netlink.RdmaLink
+		if link, err = netlink.RdmaLinkByName(dev); err == nil {
+			return link, nil
+		}
+	}
+	return nil, err
 }

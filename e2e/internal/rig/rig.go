@@ -24,6 +24,8 @@ import (
 	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/rdma-netns/rdma-netns/pkg/state"
 )
 
 const (
@@ -351,12 +353,21 @@ func Records(dir string) []string {
 	return out
 }
 
-// StateFiles lists every file in dir but the lock file.
+// StateFiles lists every file in dir but the node lock and the device
+// locks, which stay for the next call, and the directory of attachment
+// locks, whose files are listed instead: one left over outlives its call.
 func StateFiles(dir string) []string {
 	entries, _ := os.ReadDir(dir)
 	var out []string
 	for _, e := range entries {
-		if e.Name() != "lock" {
+		switch e.Name() {
+		case "lock", state.DeviceLockDir:
+		case state.AttachmentLockDir:
+			locks, _ := os.ReadDir(filepath.Join(dir, e.Name()))
+			for _, l := range locks {
+				out = append(out, filepath.Join(e.Name(), l.Name()))
+			}
+		default:
 			out = append(out, e.Name())
 		}
 	}

@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -32,7 +34,23 @@ const (
 func bench(args []string) error {
 	fs := flag.NewFlagSet("bench", flag.ExitOnError)
 	rounds := fs.Int("rounds", 15, "pods of each kind, interleaved")
+	attachments := fs.String("attachments", "1,2,4,8", "curve 2: RDMA attachments of one pod (NICs eth10 on; none to skip)")
+	attachRounds := fs.Int("attach-rounds", 5, "curve 2: interleaved rounds")
 	fs.Parse(args)
+	nics, err := rig.Layout()
+	if err != nil {
+		return err
+	}
+	var counts []int
+	for _, f := range strings.Split(*attachments, ",") {
+		if n, err := strconv.Atoi(strings.TrimSpace(f)); err == nil && n > 0 {
+			if multiFirstNIC+n > len(nics) {
+				fmt.Printf("curve 2: %d attachments skipped, the VM has %d NICs (boot it with --nics %d)\n", n, len(nics), multiFirstNIC+n)
+				continue
+			}
+			counts = append(counts, n)
+		}
+	}
 
 	if err := cririg.Setup(); err != nil {
 		return err
@@ -44,12 +62,17 @@ func bench(args []string) error {
 	if err := writePlainNetwork(); err != nil {
 		return err
 	}
+	multi, err := multiNetworks(counts, nics)
+	if err != nil {
+		return err
+	}
 	ctd, err := cririg.Start(cririg.Options{Extra: fmt.Sprintf(`[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.%[1]s]
   runtime_type = 'io.containerd.runc.v2'
   cni_conf_dir = %[2]q
   cni_max_conf_num = 1
 [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.%[1]s.options]
-  NoPivotRoot = true`, plainHandler, plainDir)})
+  NoPivotRoot = true
+%[3]s`, plainHandler, plainDir, multi)})
 	if err != nil {
 		return err
 	}
@@ -137,7 +160,10 @@ func bench(args []string) error {
 	fs2, _ := ms(floor)
 	fmt.Printf("kernel floor: %s moved into a netns and back by two rdma-netns-floor processes: %s\n", rdmaNet.RDMA, fs2)
 	fmt.Println("=== CRI BENCH END ===")
-	return nil
+	if len(counts) == 0 {
+		return nil
+	}
+	return attachmentsCurve(ctx, ctd, counts, *attachRounds)
 }
 
 // writePlainNetwork writes benchHandler's conflist without rdma-netns, as
