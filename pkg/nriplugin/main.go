@@ -2,9 +2,11 @@ package nriplugin
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"os/signal"
 	"path/filepath"
 	"regexp"
@@ -21,7 +23,8 @@ import (
 	"github.com/rdma-netns/rdma-netns/pkg/rdmans"
 )
 
-const usage = `Usage: rdma-netns-nri [--socket PATH] [--memlock LIMIT] [--shm-size SIZE] [--index NN] [--log-level LEVEL]
+const usage = `Usage: rdma-netns-nri [--socket PATH] [--memlock LIMIT] [--shm-size SIZE] [--index NN]
+                      [--lock PATH] [--log-level LEVEL] [--log-file PATH] [--check]
 
 An NRI plugin for containerd (>= 1.7; on by default in 2.x) and CRI-O
 (>= 1.26, enable_nri). When the runtime creates a container in a pod whose
@@ -33,9 +36,21 @@ containers share, to --shm-size (never above the pod's memory limit).
 Pods without an RDMA device are never touched. Per pod:
   rdma-netns.io/nri: skip          leave every container of the pod alone
   rdma-netns.io/shm-size: 16Gi     this pod's /dev/shm size ("keep": 64 MiB)
-Containers that exist when it connects are listed in the log, not changed.
-It reconnects whenever the runtime restarts. Run as root on the node, in
-the host's network namespace (it enters pod network namespaces).
+When it connects it grows the /dev/shm of RDMA pods whose containers were
+created while it was away, and logs each such container that lacks its
+device nodes or memlock (they cannot be changed while they run).
+
+Two ways to run it, never both at once on a node (a lock decides):
+  - as a container or a service (the DaemonSet's): it connects to the NRI
+    socket and reconnects whenever the runtime restarts;
+  - pre-installed in the runtime's NRI plugin directory (/opt/nri/plugins/
+    10-rdma-netns-nri, by rdma-netns install): the runtime starts it before
+    it serves any container, hands it its connection, and gives it these
+    flags from /etc/nri/conf.d/10-rdma-netns-nri.conf; it exits when the
+    runtime closes the connection, and the runtime starts it again.
+The instance that cannot take the lock stands by until it can.
+Run as root on the node, in the host's network namespace (it enters pod
+network namespaces).
 
 Flags:
 `
@@ -43,6 +58,13 @@ Flags:
 // Options are the plugin's command line.
 type Options struct {
 	Socket, Memlock, ShmSize, Index, LogLevel string
+	// Lock is the file whose lock decides which instance serves.
+	Lock string
+	// LogFile is where the log goes; "" is stderr, except for a
+	// runtime-launched plugin, whose stderr the runtime discards.
+	LogFile string
+	// Check: check the flags, say what they set and exit.
+	Check bool
 }
 
 // FlagSet binds the plugin's flags to o, with their defaults.
@@ -53,6 +75,9 @@ func FlagSet(o *Options) *flag.FlagSet {
 	fl.StringVar(&o.ShmSize, "shm-size", podadjust.FormatSize(podadjust.DefaultPolicy.ShmSize), "default `SIZE` of a pod's /dev/shm (16Gi, 512Mi), or keep (the runtime's 64Mi); capped at the pod's memory limit")
 	fl.StringVar(&o.Index, "index", "50", "the plugin's two-digit NRI index: `NN` orders it among the runtime's NRI plugins")
 	fl.StringVar(&o.LogLevel, "log-level", "info", "`LEVEL` error, warn, info (one line per adjusted container) or debug (one per container)")
+	fl.StringVar(&o.Lock, "lock", DefaultLock, "lock file `PATH`: of the runtime-launched and the DaemonSet's instance, the one holding it serves")
+	fl.StringVar(&o.LogFile, "log-file", "", "append the log to `PATH` (default stderr; "+DefaultLaunchedLog+" when the runtime launched the plugin)")
+	fl.BoolVar(&o.Check, "check", false, "check the flags, print what they set and exit (rdma-netns install runs the installed copy so)")
 	return fl
 }
 
@@ -72,10 +97,18 @@ func (o Options) Policy() (podadjust.Policy, error) {
 	if !filepath.IsAbs(o.Socket) {
 		return p, fmt.Errorf("--socket %q must be an absolute path", o.Socket)
 	}
+	if !filepath.IsAbs(o.Lock) {
+		return p, fmt.Errorf("--lock %q must be an absolute path", o.Lock)
+	}
+	if o.LogFile != "" && !filepath.IsAbs(o.LogFile) {
+		return p, fmt.Errorf("--log-file %q must be an absolute path", o.LogFile)
+	}
 	return p, nil
 }
 
-// Main runs the plugin until SIGINT or SIGTERM and returns the exit status.
+// Main runs the plugin until SIGINT or SIGTERM (or, when the runtime
+// launched it, until the runtime closes the connection) and returns the
+// exit status.
 func Main(args []string, stderr io.Writer) int {
 	var o Options
 	fl := FlagSet(&o)
@@ -92,17 +125,41 @@ func Main(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "rdma-netns-nri: %v\n", err)
 		return 2
 	}
-	log := logging.NewWriter(stderr, o.LogLevel)
-	p := &plugin{adj: &podadjust.Adjuster{Policy: policy, Kernel: rdmans.Netlink{}, Shm: podadjust.Tmpfs{}, SameAsSelf: sameAsSelf()}, log: log}
-	log.Infof("rdma-netns-nri: memlock %s, /dev/shm %s, NRI socket %s", policy.Memlock, shmString(policy.ShmSize), o.Socket)
-
+	if o.Check {
+		fmt.Fprintf(stderr, "rdma-netns-nri: flags ok: %s\n", settings(policy, o))
+		return 0
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, log, stubs(p, o.Socket, o.Index)); err != nil {
+	if name, ok := launchedAs(); ok {
+		return runLaunched(ctx, name, o, policy)
+	}
+	log := logging.NewWriter(stderr, o.LogLevel)
+	if o.LogFile != "" {
+		log = logging.New(o.LogFile, o.LogLevel, "")
+	}
+	p := newPlugin(policy, log, fmt.Sprintf("%s-rdma-netns, pid %d, connected to %s", o.Index, os.Getpid(), o.Socket))
+	log.Infof("rdma-netns-nri: %s, NRI socket %s", settings(policy, o), o.Socket)
+	if err := run(ctx, log, o.Lock, p.who, stubs(p, o.Socket, o.Index)); err != nil {
 		log.Errorf("%v", err)
 		return 1
 	}
 	return 0
+}
+
+// kernel and shm are what the plugin asks and resizes; the unit tests of
+// a runtime-launched plugin, a process of its own, swap in fakes.
+var (
+	kernel podadjust.Kernel = rdmans.Netlink{}
+	shm    podadjust.Shm    = podadjust.Tmpfs{}
+)
+
+func newPlugin(policy podadjust.Policy, log *logging.Logger, who string) *plugin {
+	return &plugin{adj: &podadjust.Adjuster{Policy: policy, Kernel: kernel, Shm: shm, SameAsSelf: sameAsSelf()}, log: log, who: who}
+}
+
+func settings(policy podadjust.Policy, o Options) string {
+	return fmt.Sprintf("memlock %s, /dev/shm %s, lock %s", policy.Memlock, shmString(policy.ShmSize), o.Lock)
 }
 
 // stubs makes the NRI stubs of plugin p, one per connection.
@@ -122,33 +179,59 @@ const (
 	maxRetry   = 5 * time.Second
 )
 
+// standbyPoll is how often an instance standing by tries the lock: a
+// container created between the holder's end and the next try starts
+// without the plugin, and the holder only ends when it crashes or the
+// runtime stops (which creates no container).
+const standbyPoll = time.Second
+
 // run connects a new stub to the runtime and serves it until the
 // connection ends, then does it again, until ctx is done. A stub is made
 // per connection: the runtime forgets the plugin when it restarts, and a
 // fresh registration (with its Synchronize) is what it expects. Only a
-// stub that cannot be made at all is an error.
-func run(ctx context.Context, log *logging.Logger, newStub func(onClose func()) (stub.Stub, error)) error {
+// stub that cannot be made at all, or a lock file that cannot be used, is
+// an error.
+//
+// It serves only while it holds the lock at lockPath ("" for none):
+// while the runtime-launched instance holds it, this one stands by. The
+// lock is taken before connecting and let go when the connection ends,
+// so that across a runtime restart the instance the runtime launches
+// (before it opens its socket) finds it free.
+func run(ctx context.Context, log *logging.Logger, lockPath, who string, newStub func(onClose func()) (stub.Stub, error)) error {
 	delay := firstRetry
+	standingBy := false
 	for ctx.Err() == nil {
-		st, err := newStub(func() { log.Warnf("the runtime closed the NRI connection (restarting?); reconnecting") })
-		if err != nil {
-			return fmt.Errorf("cannot set up the NRI plugin: %v", err)
+		var lk *serveLock
+		if lockPath != "" {
+			var holder string
+			var err error
+			if lk, holder, err = tryLock(lockPath, who); err != nil {
+				return err
+			}
+			if lk == nil {
+				if !standingBy {
+					log.Infof("standing by: another rdma-netns-nri serves (%s holds %s); serving when it lets go", holder, lockPath)
+					standingBy = true
+				}
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-time.After(standbyPoll):
+				}
+				continue
+			}
+			if standingBy {
+				log.Infof("the other rdma-netns-nri let go of %s: serving", lockPath)
+				standingBy = false
+			}
 		}
-		connected := time.Now()
-		done := make(chan error, 1)
-		go func() { done <- st.Run(ctx) }()
-		select {
-		case <-ctx.Done():
-			st.Stop()
-			<-done
-			return nil
-		case err = <-done:
+		up, err := serveOnce(ctx, log, newStub)
+		lk.release()
+		if err == nil || errors.Is(err, errNoStub) {
+			return err
 		}
-		if time.Since(connected) > maxRetry {
+		if up > maxRetry {
 			delay = firstRetry // it had been up: retry soon
-		}
-		if err == nil {
-			err = fmt.Errorf("the connection ended")
 		}
 		log.Warnf("not connected to the runtime's NRI socket: %v; retrying in %s", err, delay)
 		select {
@@ -159,6 +242,31 @@ func run(ctx context.Context, log *logging.Logger, newStub func(onClose func()) 
 		delay = min(2*delay, maxRetry)
 	}
 	return nil
+}
+
+var errNoStub = errors.New("cannot set up the NRI plugin")
+
+// serveOnce makes a stub, serves its connection until it ends and says
+// how long it was up. The error is nil only when ctx ended it.
+func serveOnce(ctx context.Context, log *logging.Logger, newStub func(onClose func()) (stub.Stub, error)) (time.Duration, error) {
+	st, err := newStub(func() { log.Warnf("the runtime closed the NRI connection (restarting?)") })
+	if err != nil {
+		return 0, fmt.Errorf("%w: %v", errNoStub, err)
+	}
+	connected := time.Now()
+	done := make(chan error, 1)
+	go func() { done <- st.Run(ctx) }()
+	select {
+	case <-ctx.Done():
+		st.Stop()
+		<-done
+		return 0, nil
+	case err = <-done:
+	}
+	if err == nil {
+		err = errors.New("the connection ended")
+	}
+	return time.Since(connected), err
 }
 
 func shmString(n uint64) string {
