@@ -98,12 +98,12 @@ func parseConfig(config string) (Options, error) {
 	}
 	var bad []string
 	fl.Visit(func(f *flag.Flag) {
-		if f.Name == "socket" || f.Name == "index" || f.Name == "lock" || f.Name == "check" {
+		if f.Name == "socket" || f.Name == "index" || f.Name == "lock" || f.Name == "check-config" {
 			bad = append(bad, "--"+f.Name)
 		}
 	})
 	if len(bad) > 0 {
-		return o, fmt.Errorf("configuration sets %s, which the runtime (socket, index) or the command line (lock, check) decides for a plugin the runtime launches", strings.Join(bad, ", "))
+		return o, fmt.Errorf("configuration sets %s, which the runtime (socket, index) or the command line (lock, check-config) decides for a plugin the runtime launches", strings.Join(bad, ", "))
 	}
 	if _, err := o.Policy(); err != nil {
 		return o, fmt.Errorf("configuration: %v", err)
@@ -130,4 +130,25 @@ func (p *plugin) configure(config string) error {
 	p.adj.Policy = policy
 	p.log.Infof("rdma-netns-nri: configuration from the runtime: %s", settings(policy, o))
 	return nil
+}
+
+// ConfigOK starts the line checkConfig prints for a good file.
+const ConfigOK = "rdma-netns-nri: configuration ok:"
+
+// checkConfig is --check-config: rdma-netns install runs the copy it
+// installs on the configuration file it writes, to prove both.
+func checkConfig(path string, w io.Writer) int {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		fmt.Fprintf(w, "rdma-netns-nri: %v\n", err)
+		return 1
+	}
+	o, err := parseConfig(string(data))
+	if err != nil {
+		fmt.Fprintf(w, "rdma-netns-nri: %s: %v\n", path, err)
+		return 1
+	}
+	policy, _ := o.Policy()
+	fmt.Fprintf(w, "%s %s\n", ConfigOK, settings(policy, o))
+	return 0
 }

@@ -165,6 +165,7 @@ func TestParseConfig(t *testing.T) {
 		"--socket /run/nri.sock": "--socket",
 		"--index 20":             "--index",
 		"--lock /tmp/l":          "--lock",
+		"--check-config /x":      "--check-config",
 		"--shm":                  "flag provided but not defined",
 		"--memlock lots":         "--memlock",
 		"stray":                  "unexpected argument",
@@ -219,3 +220,18 @@ func (s *countShm) Size(string) (uint64, error) {
 	return 64 << 20, nil
 }
 func (s *countShm) Resize(_ string, n uint64) error { s.resized = n; return nil }
+
+func TestCheckConfig(t *testing.T) {
+	dir := t.TempDir()
+	good, bad := filepath.Join(dir, "good.conf"), filepath.Join(dir, "bad.conf")
+	os.WriteFile(good, []byte("--shm-size 2Gi\n"), 0o644)
+	os.WriteFile(bad, []byte("--shm-size 2 GB\n"), 0o644)
+	var out strings.Builder
+	if code := Main([]string{"--check-config", good}, &out); code != 0 || !strings.HasPrefix(out.String(), ConfigOK+" memlock unlimited, /dev/shm 2Gi") {
+		t.Fatalf("good file: exit %d, %q", code, out.String())
+	}
+	out.Reset()
+	if code := Main([]string{"--check-config", bad}, &out); code != 1 || !strings.Contains(out.String(), "unexpected argument \"GB\"") {
+		t.Fatalf("bad file: exit %d, %q", code, out.String())
+	}
+}

@@ -24,7 +24,8 @@ import (
 )
 
 const usage = `Usage: rdma-netns-nri [--socket PATH] [--memlock LIMIT] [--shm-size SIZE] [--index NN]
-                      [--lock PATH] [--log-level LEVEL] [--log-file PATH] [--check]
+                      [--lock PATH] [--log-level LEVEL] [--log-file PATH]
+       rdma-netns-nri --check-config FILE
 
 An NRI plugin for containerd (>= 1.7; on by default in 2.x) and CRI-O
 (>= 1.26, enable_nri). When the runtime creates a container in a pod whose
@@ -63,8 +64,9 @@ type Options struct {
 	// LogFile is where the log goes; "" is stderr, except for a
 	// runtime-launched plugin, whose stderr the runtime discards.
 	LogFile string
-	// Check: check the flags, say what they set and exit.
-	Check bool
+	// CheckConfig: check this configuration file, as the runtime would
+	// hand it to a launched plugin, say what it sets and exit.
+	CheckConfig string
 }
 
 // FlagSet binds the plugin's flags to o, with their defaults.
@@ -77,7 +79,7 @@ func FlagSet(o *Options) *flag.FlagSet {
 	fl.StringVar(&o.LogLevel, "log-level", "info", "`LEVEL` error, warn, info (one line per adjusted container) or debug (one per container)")
 	fl.StringVar(&o.Lock, "lock", DefaultLock, "lock file `PATH`: of the runtime-launched and the DaemonSet's instance, the one holding it serves")
 	fl.StringVar(&o.LogFile, "log-file", "", "append the log to `PATH` (default stderr; "+DefaultLaunchedLog+" when the runtime launched the plugin)")
-	fl.BoolVar(&o.Check, "check", false, "check the flags, print what they set and exit (rdma-netns install runs the installed copy so)")
+	fl.StringVar(&o.CheckConfig, "check-config", "", "check `FILE`, the runtime's configuration of the launched plugin (/etc/nri/conf.d/10-rdma-netns-nri.conf), print what it sets and exit (rdma-netns install runs the installed copy so)")
 	return fl
 }
 
@@ -125,9 +127,8 @@ func Main(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "rdma-netns-nri: %v\n", err)
 		return 2
 	}
-	if o.Check {
-		fmt.Fprintf(stderr, "rdma-netns-nri: flags ok: %s\n", settings(policy, o))
-		return 0
+	if o.CheckConfig != "" {
+		return checkConfig(o.CheckConfig, stderr)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
