@@ -12,6 +12,7 @@ import (
 	"github.com/containerd/nri/pkg/adaptation"
 	"github.com/containerd/nri/pkg/api"
 
+	"github.com/rdma-netns/rdma-netns/pkg/doctor"
 	"github.com/rdma-netns/rdma-netns/pkg/logging"
 	"github.com/rdma-netns/rdma-netns/pkg/podadjust"
 )
@@ -233,5 +234,16 @@ func TestCheckConfig(t *testing.T) {
 	out.Reset()
 	if code := Main([]string{"--check-config", bad}, &out); code != 1 || !strings.Contains(out.String(), "unexpected argument \"GB\"") {
 		t.Fatalf("bad file: exit %d, %q", code, out.String())
+	}
+}
+
+// The doctor reads the annotations the plugin writes and its lock (it
+// links no NRI code, so it has its own copy of their names).
+func TestDoctorKnowsThePlugin(t *testing.T) {
+	if doctor.NRIAdjustedBy != AnnotationAdjustedBy || doctor.NRIWarnings != AnnotationWarnings {
+		t.Fatalf("doctor reads %q and %q, the plugin writes %q and %q", doctor.NRIAdjustedBy, doctor.NRIWarnings, AnnotationAdjustedBy, AnnotationWarnings)
+	}
+	if doctor.RealEnv("/sys", "/var/lib/cni/rdma-netns").NRILock != DefaultLock {
+		t.Fatal("the doctor looks for the plugin's lock elsewhere")
 	}
 }
