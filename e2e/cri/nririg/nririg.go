@@ -38,6 +38,12 @@ type Plugin struct {
 // StartPlugin starts the plugin with the DaemonSet's flags and waits until
 // containerd has synchronized it.
 func StartPlugin() (*Plugin, error) {
+	return StartPluginUntil("at connection")
+}
+
+// StartPluginUntil starts the plugin with the DaemonSet's flags and waits
+// until its log says s ("standing by" while a pre-installed copy serves).
+func StartPluginUntil(s string) (*Plugin, error) {
 	before := LogLines()
 	f, err := os.OpenFile(PluginLog, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -52,7 +58,7 @@ func StartPlugin() (*Plugin, error) {
 	}
 	p := &Plugin{cmd: cmd, done: make(chan struct{})}
 	go func() { cmd.Wait(); close(p.done) }()
-	if err := WaitLog(before, "at connection", 30*time.Second); err != nil {
+	if err := WaitLog(before, s, 30*time.Second); err != nil {
 		p.Kill()
 		return nil, err
 	}
