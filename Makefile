@@ -57,10 +57,11 @@ vm-prepare:
 
 ## e2e: one VM boot in exclusive mode for the suite, the Multus tests
 ## (e2e/multus), the CRI tests (e2e/cri: containerd) and the NRI plugin's
-## (e2e/cri/nri), one in shared mode.
+## (e2e/cri/nri), one in shared mode (the suite's, containerd's and the
+## NRI plugin's shared-mode tests).
 e2e: payload
 	$(VM_RUN) --payload $(PAYLOAD) -- 'rc=0; e2e.test $(E2E_FLAGS) || rc=1; multus.test $(E2E_FLAGS) || rc=1; cri.test $(E2E_FLAGS) || rc=1; nri.test $(E2E_FLAGS) || rc=1; exit $$rc'
-	$(VM_RUN) --netns-mode shared --nics 4 --payload $(PAYLOAD) -- 'rc=0; e2e.test $(E2E_FLAGS) -test.run TestSharedMode || rc=1; cri.test $(E2E_FLAGS) -test.run TestSharedMode || rc=1; exit $$rc'
+	$(VM_RUN) --netns-mode shared --nics 4 --payload $(PAYLOAD) -- 'rc=0; e2e.test $(E2E_FLAGS) -test.run TestSharedMode || rc=1; cri.test $(E2E_FLAGS) -test.run TestSharedMode || rc=1; nri.test $(E2E_FLAGS) -test.run TestSharedMode || rc=1; exit $$rc'
 
 ## demo: the seed story in the test VM: a pod gets its NIC and RDMA device.
 demo: payload

@@ -29,18 +29,27 @@ type Logger struct {
 	prefix string
 }
 
-// ParseLevel maps a logLevel setting to a level; "" means info.
+// ParseLevel maps a logLevel setting to a level; "" and anything it does
+// not know mean info (a CNI call must not fail over its log level).
 func ParseLevel(s string) int {
+	l, _ := Level(s)
+	return l
+}
+
+// Level maps a level name to a level, with an error (and info) for a name
+// it does not know; "" is info.
+func Level(s string) (int, error) {
 	switch strings.ToLower(s) {
 	case "error":
-		return LevelError
+		return LevelError, nil
 	case "warn", "warning":
-		return LevelWarn
+		return LevelWarn, nil
+	case "", "info":
+		return LevelInfo, nil
 	case "debug":
-		return LevelDebug
-	default:
-		return LevelInfo
+		return LevelDebug, nil
 	}
+	return LevelInfo, fmt.Errorf("log level %q: want error, warn, info or debug", s)
 }
 
 // New opens path for appending (when set). A log file that cannot be opened

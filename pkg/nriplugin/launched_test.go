@@ -22,7 +22,8 @@ import (
 // the fake kernel, with the lock and log file the test put next to it.
 func TestMain(m *testing.M) {
 	if _, ok := launchedAs(); ok {
-		kernel, shm = fakeKernel{}, noShm{}
+		kernel, shm, visibleNetns = fakeKernel{}, noShm{}, nil
+		sameAsHost = func() func(string) (bool, error) { return nil }
 		dir := filepath.Dir(os.Args[0])
 		os.Exit(Main([]string{"--lock", filepath.Join(dir, "lock"), "--log-file", filepath.Join(dir, "plugin.log")}, io.Discard))
 	}

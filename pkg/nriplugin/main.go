@@ -10,6 +10,8 @@ import (
 	"os/signal"
 	"path/filepath"
 	"regexp"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -23,7 +25,7 @@ import (
 	"github.com/rdma-netns/rdma-netns/pkg/rdmans"
 )
 
-const usage = `Usage: rdma-netns-nri [--socket PATH] [--memlock LIMIT] [--shm-size SIZE] [--index NN]
+const usage = `Usage: rdma-netns-nri [--socket PATH] [--memlock LIMIT] [--shm-size SIZE] [--sandbox-root DIRS] [--index NN]
                       [--lock PATH] [--log-level LEVEL] [--log-file PATH]
        rdma-netns-nri --check-config FILE
 
@@ -34,7 +36,8 @@ to the container: /dev/infiniband/uverbsN of exactly the pod's devices and
 /dev/infiniband/rdma_cm, each allowed in the container's device cgroup; a
 memlock limit (--memlock); and it grows the pod's /dev/shm, which all its
 containers share, to --shm-size (never above the pod's memory limit).
-Pods without an RDMA device are never touched. Per pod:
+Pods without an RDMA device, and every pod of a node not in exclusive RDMA
+netns mode (where every netns sees every device), are never touched. Per pod:
   rdma-netns.io/nri: skip          leave every container of the pod alone
   rdma-netns.io/shm-size: 16Gi     this pod's /dev/shm size ("keep": 64 MiB)
 When it connects it grows the /dev/shm of RDMA pods whose containers were
@@ -58,7 +61,7 @@ Flags:
 
 // Options are the plugin's command line.
 type Options struct {
-	Socket, Memlock, ShmSize, Index, LogLevel string
+	Socket, Memlock, ShmSize, SandboxRoots, Index, LogLevel string
 	// Lock is the file whose lock decides which instance serves.
 	Lock string
 	// LogFile is where the log goes; "" is stderr, except for a
@@ -73,8 +76,9 @@ type Options struct {
 func FlagSet(o *Options) *flag.FlagSet {
 	fl := flag.NewFlagSet("rdma-netns-nri", flag.ContinueOnError)
 	fl.StringVar(&o.Socket, "socket", api.DefaultSocketPath, "the runtime's NRI socket `PATH`")
-	fl.StringVar(&o.Memlock, "memlock", "unlimited", "RLIMIT_MEMLOCK (soft and hard) of the containers: `LIMIT` unlimited, a size (64Gi), or keep (the runtime's)")
-	fl.StringVar(&o.ShmSize, "shm-size", podadjust.FormatSize(podadjust.DefaultPolicy.ShmSize), "default `SIZE` of a pod's /dev/shm (16Gi, 512Mi), or keep (the runtime's 64Mi); capped at the pod's memory limit")
+	fl.StringVar(&o.Memlock, "memlock", "unlimited", "RLIMIT_MEMLOCK (soft and hard) of the containers: `LIMIT` unlimited, a Kubernetes quantity (64Gi, 1.5Gi, 2G, 1e9), or keep (the runtime's); a container that has at least that much keeps its own")
+	fl.StringVar(&o.ShmSize, "shm-size", podadjust.FormatSize(podadjust.DefaultPolicy.ShmSize), "default `SIZE` of a pod's /dev/shm, a Kubernetes quantity (16Gi, 1.5Gi, 2G, 1e9), or keep (the runtime's 64Mi); capped at the pod's memory limit")
+	fl.StringVar(&o.SandboxRoots, "sandbox-root", strings.Join(podadjust.DefaultPolicy.SandboxRoots, ","), "comma-separated `DIRS` where the runtime keeps a directory per pod sandbox holding the pod's shm tmpfs (containerd: <state>/io.containerd.grpc.v1.cri/sandboxes, CRI-O: <runroot>/overlay-containers); only a /dev/shm from there is resized")
 	fl.StringVar(&o.Index, "index", "50", "the plugin's two-digit NRI index: `NN` orders it among the runtime's NRI plugins")
 	fl.StringVar(&o.LogLevel, "log-level", "info", "`LEVEL` error, warn, info (one line per adjusted container) or debug (one per container)")
 	fl.StringVar(&o.Lock, "lock", DefaultLock, "lock file `PATH`: of the runtime-launched and the DaemonSet's instance, the one holding it serves")
@@ -93,13 +97,22 @@ func (o Options) Policy() (podadjust.Policy, error) {
 	if p.ShmSize, err = podadjust.ParseShmSize(o.ShmSize); err != nil {
 		return p, fmt.Errorf("--shm-size: %v", err)
 	}
+	for _, root := range strings.Split(o.SandboxRoots, ",") {
+		if !filepath.IsAbs(root) {
+			return p, fmt.Errorf("--sandbox-root %q: want absolute paths, comma-separated", o.SandboxRoots)
+		}
+		p.SandboxRoots = append(p.SandboxRoots, filepath.Clean(root))
+	}
+	if _, err := logging.Level(o.LogLevel); err != nil {
+		return p, fmt.Errorf("--log-level: %v", err)
+	}
 	if !regexp.MustCompile(`^[0-9]{2}$`).MatchString(o.Index) {
 		return p, fmt.Errorf("--index %q must be two digits", o.Index)
 	}
 	if !filepath.IsAbs(o.Socket) {
 		return p, fmt.Errorf("--socket %q must be an absolute path", o.Socket)
 	}
-	if !filepath.IsAbs(o.Lock) {
+	if o.Lock != "" && !filepath.IsAbs(o.Lock) {
 		return p, fmt.Errorf("--lock %q must be an absolute path", o.Lock)
 	}
 	if o.LogFile != "" && !filepath.IsAbs(o.LogFile) {
@@ -130,6 +143,12 @@ func Main(args []string, stderr io.Writer) int {
 	if o.CheckConfig != "" {
 		return checkConfig(o.CheckConfig, stderr)
 	}
+	if o.Lock == "" {
+		// Without the lock nothing keeps two instances from both
+		// adjusting a container, which the runtime then fails.
+		fmt.Fprintf(stderr, "rdma-netns-nri: --lock must name the lock file the other instance takes too\n")
+		return 2
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if name, ok := launchedAs(); ok {
@@ -151,16 +170,18 @@ func Main(args []string, stderr io.Writer) int {
 // kernel and shm are what the plugin asks and resizes; the unit tests of
 // a runtime-launched plugin, a process of its own, swap in fakes.
 var (
-	kernel podadjust.Kernel = rdmans.Netlink{}
-	shm    podadjust.Shm    = podadjust.Tmpfs{}
+	kernel       podadjust.Kernel = rdmans.Netlink{}
+	shm          podadjust.Shm    = podadjust.Tmpfs{}
+	visibleNetns                  = visible
+	sameAsHost                    = sameAsSelf
 )
 
 func newPlugin(policy podadjust.Policy, log *logging.Logger, who string) *plugin {
-	return &plugin{adj: &podadjust.Adjuster{Policy: policy, Kernel: kernel, Shm: shm, SameAsSelf: sameAsSelf()}, log: log, who: who}
+	return &plugin{adj: &podadjust.Adjuster{Policy: policy, Kernel: kernel, Shm: shm, SameAsSelf: sameAsHost(), Visible: visibleNetns}, log: log, who: who}
 }
 
 func settings(policy podadjust.Policy, o Options) string {
-	return fmt.Sprintf("memlock %s, /dev/shm %s, lock %s", policy.Memlock, shmString(policy.ShmSize), o.Lock)
+	return fmt.Sprintf("memlock %s, /dev/shm %s, sandbox roots %s, lock %s", policy.Memlock, shmString(policy.ShmSize), strings.Join(policy.SandboxRoots, ","), o.Lock)
 }
 
 // stubs makes the NRI stubs of plugin p, one per connection.
@@ -277,13 +298,44 @@ func shmString(n uint64) string {
 	return podadjust.FormatSize(n)
 }
 
-// sameAsSelf tells a netns path that opens the plugin's own (host) netns.
-func sameAsSelf() func(string) bool {
-	self, err := inventory.Identify("/proc/self/ns/net")
-	return func(path string) bool {
-		id, ierr := inventory.Identify(path)
-		return err == nil && ierr == nil && id == self
+// sameAsSelf tells a netns path that opens the plugin's own netns, the
+// host's (the DaemonSet has hostNetwork). Not pid 1's: opening another
+// process's namespace needs ptrace access to it, which the DaemonSet's
+// container (SYS_ADMIN only) lacks for the host's init. A path, or the
+// plugin's own netns, whose identity cannot be read is an error, which
+// grants nothing.
+func sameAsSelf() func(string) (bool, error) {
+	return hostNetns("/proc/self/ns/net")
+}
+
+// hostNetns tells a netns path that opens one of the netns at hosts.
+func hostNetns(hosts ...string) func(string) (bool, error) {
+	var ids []inventory.NetnsID
+	var idErr error
+	for _, h := range hosts {
+		id, err := inventory.Identify(h)
+		if err != nil {
+			idErr = fmt.Errorf("the host's network namespace: %v", err)
+		}
+		ids = append(ids, id)
 	}
+	return func(path string) (bool, error) {
+		if idErr != nil {
+			return false, idErr
+		}
+		id, err := inventory.Identify(path)
+		if err != nil {
+			return false, err
+		}
+		return slices.Contains(ids, id), nil
+	}
+}
+
+// visible: the plugin can open path (the runtime's netns directory may
+// not be mounted into the plugin's container).
+func visible(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }
 
 // nriLogger sends the NRI stub's own messages to our log.

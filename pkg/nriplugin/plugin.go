@@ -50,7 +50,10 @@ const (
 
 // Configure is the runtime saying hello; the default event mask (the
 // handlers below) is what we want. A plugin the runtime launched gets
-// its flags here, from the runtime's configuration file for it.
+// its flags here, from the runtime's configuration file for it. A node
+// not in exclusive mode is said once here, at each connection, rather
+// than at every container: no container will be adjusted (each one's
+// decision says so at debug).
 func (p *plugin) Configure(_ context.Context, config, runtime, version string) (api.EventMask, error) {
 	if p.launched {
 		if err := p.configure(config); err != nil {
@@ -58,6 +61,9 @@ func (p *plugin) Configure(_ context.Context, config, runtime, version string) (
 		}
 	}
 	p.log.Infof("connected to %s %s as %s", runtime, version, p.who)
+	if reason := p.adj.NotExclusive(); reason != "" {
+		p.log.Errorf("%s", reason)
+	}
 	return 0, nil
 }
 
@@ -80,7 +86,7 @@ func (p *plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 		p.log.Warnf("%s: %s (%s)", name, d, took)
 	case adj != nil:
 		p.log.Infof("%s: %s (%s)", name, d, took)
-	case strings.HasPrefix(d.Skipped, "cannot"):
+	case d.Outcome == podadjust.NetnsUnknown:
 		p.log.Warnf("%s: %s", name, d)
 	default:
 		p.log.Debugf("%s: %s", name, d)

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -16,14 +18,23 @@ import (
 	"github.com/containerd/nri/pkg/api"
 	nrilog "github.com/containerd/nri/pkg/log"
 	"github.com/containerd/nri/pkg/stub"
+	"github.com/containernetworking/plugins/pkg/testutils"
 
 	"github.com/rdma-netns/rdma-netns/pkg/logging"
 	"github.com/rdma-netns/rdma-netns/pkg/podadjust"
 	"github.com/rdma-netns/rdma-netns/pkg/rdmans"
 )
 
-// fakeKernel: the netns /run/netns/rdma-pod holds rxe0 (uverbs0).
-type fakeKernel struct{}
+// fakeKernel: the netns /run/netns/rdma-pod holds rxe0 (uverbs0); the
+// mode is exclusive unless mode says otherwise.
+type fakeKernel struct{ mode string }
+
+func (k fakeKernel) NetnsMode() (string, error) {
+	if k.mode == "" {
+		return rdmans.ModeExclusive, nil
+	}
+	return k.mode, nil
+}
 
 func (fakeKernel) VerbsNodesIn(nsPath string) (*rdmans.VerbsNodes, error) {
 	if nsPath != "/run/netns/rdma-pod" {
@@ -207,11 +218,16 @@ func TestRunRetriesUntilStopped(t *testing.T) {
 }
 
 func TestMainFlags(t *testing.T) {
-	for _, args := range [][]string{{"--memlock", "lots"}, {"--shm-size", "0"}, {"--index", "5"}, {"--socket", "nri.sock"}, {"stray"}} {
+	for _, args := range [][]string{{"--memlock", "lots"}, {"--shm-size", "0"}, {"--shm-size", "2GB"}, {"--index", "5"}, {"--socket", "nri.sock"}, {"stray"},
+		{"--log-level", "verbose"}, {"--sandbox-root", "/run/containerd/io.containerd.grpc.v1.cri/sandboxes,relative"}} {
 		var stderr bytes.Buffer
 		if code := Main(args, &stderr); code != 2 {
 			t.Errorf("%v: exit %d, want 2 (usage error); stderr:\n%s", args, code, stderr.String())
 		}
+	}
+	o := Options{Socket: "/run/nri.sock", Memlock: "1.5Gi", ShmSize: "2G", SandboxRoots: "/run/k3s/containerd/io.containerd.grpc.v1.cri/sandboxes/", Index: "50", LogLevel: "debug"}
+	if p, err := o.Policy(); err != nil || p.Memlock.Bytes != 1536<<20 || p.ShmSize != 2e9 || !slices.Equal(p.SandboxRoots, []string{"/run/k3s/containerd/io.containerd.grpc.v1.cri/sandboxes"}) {
+		t.Errorf("Policy() = %+v, %v", p, err)
 	}
 	var stderr bytes.Buffer
 	if code := Main([]string{"--help"}, &stderr); code != 0 || !strings.Contains(stderr.String(), "rdma-netns.io/shm-size") {
@@ -227,5 +243,148 @@ func TestRunStubError(t *testing.T) {
 	err := run(ctx, logging.Discard(), "", "", func(func()) (stub.Stub, error) { return nil, errors.New("no handler") })
 	if err == nil || !strings.Contains(err.Error(), "cannot set up the NRI plugin: no handler") {
 		t.Fatalf("run = %v, want the stub's error", err)
+	}
+}
+
+// servePlugin runs plugin p against the runtime at socket until the test
+// ends, and waits until the runtime has synchronized it.
+func servePlugin(t *testing.T, p *plugin, socket string, logs *syncBuffer) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		run(ctx, p.log, "", "", stubs(p, socket, "50"))
+		close(done)
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(logs.String(), "at connection") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the plugin did not connect:\n%s", logs)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// In shared mode the plugin says once, when it connects, that it adjusts
+// nothing and how to fix it; a container of a pod whose netns sees rxe0
+// then gets nothing, and nothing is logged per container above debug.
+func TestPluginSharedMode(t *testing.T) {
+	socket := filepath.Join(t.TempDir(), "nri.sock")
+	rdmaPod := testPod("rdma-pod", "/run/netns/rdma-pod", nil)
+	r := runtime(t, socket, nil, nil)
+	defer r.Stop()
+	logs := &syncBuffer{}
+	p := &plugin{adj: &podadjust.Adjuster{Policy: podadjust.DefaultPolicy, Kernel: fakeKernel{mode: rdmans.ModeShared}, Shm: noShm{}},
+		log: logging.NewWriter(logs, "info")}
+	servePlugin(t, p, socket, logs)
+	for _, name := range []string{"nccl", "sidecar"} {
+		if adj := create(t, r, rdmaPod, name, false); len(adj.GetLinux().GetDevices()) > 0 || len(adj.GetRlimits()) > 0 {
+			t.Fatalf("a container was adjusted in shared mode: %v", adj)
+		}
+	}
+	l := logs.String()
+	if strings.Count(l, "shared netns mode") != 1 || !strings.Contains(l, "netns_mode=0") || strings.Contains(l, "nccl") {
+		t.Fatalf("want the shared mode and its fix said once, at connection, and no line per container:\n%s", l)
+	}
+}
+
+// ulimitAdjuster stands for another NRI plugin that runs before ours
+// (containerd's ulimit-adjuster sample, a device plugin's NRI side): it
+// sets memlock and adds uverbs0 to every container.
+type ulimitAdjuster struct{ synced chan struct{} }
+
+func (u *ulimitAdjuster) Synchronize(context.Context, []*api.PodSandbox, []*api.Container) ([]*api.ContainerUpdate, error) {
+	close(u.synced)
+	return nil, nil
+}
+
+func (u *ulimitAdjuster) CreateContainer(_ context.Context, _ *api.PodSandbox, _ *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
+	adj := &api.ContainerAdjustment{}
+	adj.AddRlimit("RLIMIT_MEMLOCK", ^uint64(0), ^uint64(0))
+	adj.AddDevice(&api.LinuxDevice{Path: "/dev/infiniband/uverbs0", Type: "c", Major: 231, Minor: 192})
+	return adj, nil, nil
+}
+
+// Beside another plugin that set memlock unlimited and added uverbs0
+// first, the runtime (containerd's NRI code, which fails a container
+// whose rlimit or device two plugins set) creates the container: it has
+// the other plugin's memlock and uverbs0, and our rdma_cm.
+func TestPluginBesideAnotherPlugin(t *testing.T) {
+	socket := filepath.Join(t.TempDir(), "nri.sock")
+	rdmaPod := testPod("rdma-pod", "/run/netns/rdma-pod", nil)
+	r := runtime(t, socket, nil, nil)
+	defer r.Stop()
+
+	other := &ulimitAdjuster{synced: make(chan struct{})}
+	st, err := stub.New(other, stub.WithPluginName("ulimit-adjuster"), stub.WithPluginIdx("10"), stub.WithSocketPath(socket),
+		stub.WithLogger(nriLogger{logging.Discard()}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go st.Run(ctx)
+	select {
+	case <-other.synced:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the other plugin did not connect")
+	}
+	logs := &syncBuffer{}
+	p := &plugin{adj: &podadjust.Adjuster{Policy: podadjust.DefaultPolicy, Kernel: fakeKernel{}, Shm: noShm{}}, log: logging.NewWriter(logs, "info")}
+	servePlugin(t, p, socket, logs)
+
+	ctr := &api.Container{Id: "nccl", Name: "nccl", PodSandboxId: rdmaPod.Id, Linux: &api.LinuxContainer{}}
+	resp, err := r.CreateContainer(context.Background(), &api.CreateContainerRequest{Pod: rdmaPod, Container: ctr})
+	if err != nil {
+		t.Fatalf("the runtime failed the container: %v\nlog:\n%s", err, logs)
+	}
+	var paths []string
+	for _, d := range resp.GetAdjust().GetLinux().GetDevices() {
+		paths = append(paths, d.Path)
+	}
+	slices.Sort(paths)
+	if !slices.Equal(paths, []string{"/dev/infiniband/rdma_cm", "/dev/infiniband/uverbs0"}) {
+		t.Fatalf("devices %v, want the other plugin's uverbs0 and our rdma_cm", paths)
+	}
+	if rl := resp.GetAdjust().GetRlimits(); len(rl) != 1 || rl[0].Soft != ^uint64(0) {
+		t.Fatalf("rlimits %v, want the other plugin's unlimited memlock only", rl)
+	}
+	if l := logs.String(); !strings.Contains(l, "had /dev/infiniband/uverbs0 already") || !strings.Contains(l, "memlock unlimited already") {
+		t.Fatalf("the log does not say what the container had:\n%s", l)
+	}
+}
+
+// The host's netns is told by identity, whatever the path; a path that is
+// no netns, or a host netns that cannot be read, is an error (nothing is
+// granted), not "another netns".
+func TestHostNetns(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: creates a netns")
+	}
+	other, err := testutils.NewNS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer testutils.UnmountNS(other)
+	defer other.Close()
+	otherPath := other.Path()
+	host := hostNetns("/proc/self/ns/net")
+	self := fmt.Sprintf("/proc/%d/task/%d/ns/net", os.Getpid(), os.Getpid())
+	if same, err := host(self); !same || err != nil {
+		t.Fatalf("%s: %v, %v; want the host's", self, same, err)
+	}
+	if same, err := host(otherPath); same || err != nil {
+		t.Fatalf("a new netns: %v, %v; want another", same, err)
+	}
+	file := filepath.Join(t.TempDir(), "cni-gone")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := host(file); err == nil {
+		t.Fatal("an empty file (a netns whose bind mount went away) was told apart from the host's")
+	}
+	if _, err := hostNetns("/nonexistent/ns/net")(otherPath); err == nil {
+		t.Fatal("a host netns that cannot be read still told paths apart")
 	}
 }

@@ -2,9 +2,9 @@ package podadjust
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 
 	"github.com/containerd/nri/pkg/api"
@@ -14,6 +14,9 @@ import (
 
 // Kernel is what the adjustment asks the running kernel.
 type Kernel interface {
+	// NetnsMode is the RDMA subsystem's netns mode (rdmans.ModeExclusive
+	// or rdmans.ModeShared).
+	NetnsMode() (string, error)
 	// VerbsNodesIn lists the RDMA devices of the netns at nsPath with
 	// their uverbs nodes, and rdma_cm.
 	VerbsNodesIn(nsPath string) (*rdmans.VerbsNodes, error)
@@ -21,8 +24,8 @@ type Kernel interface {
 
 // Shm measures and resizes the tmpfs a pod's containers share as /dev/shm.
 type Shm interface {
-	// Size is the size of the tmpfs mounted at path, an error if path is
-	// not the root of a tmpfs mount.
+	// Size is the size of the tmpfs mounted at path (Unlimited if it has
+	// no size limit), an error if path is not the root of a tmpfs mount.
 	Size(path string) (uint64, error)
 	// Resize changes the size of the tmpfs mounted at path.
 	Resize(path string, bytes uint64) error
@@ -33,20 +36,51 @@ type Adjuster struct {
 	Policy Policy
 	Kernel Kernel
 	Shm    Shm
-	// SameAsSelf reports whether nsPath is the plugin's own netns (the
-	// host's): a pod in the host network namespace sees every host RDMA
-	// device and must get none of them. nil: never.
-	SameAsSelf func(nsPath string) bool
+	// SameAsSelf reports whether nsPath is the host's netns (the
+	// plugin's own): a pod in the host network namespace sees every host
+	// RDMA device and must get none of them. An error (it cannot tell)
+	// grants nothing either. nil: never.
+	SameAsSelf func(nsPath string) (bool, error)
+	// Visible reports whether the plugin can open nsPath; the pod's netns
+	// is then found through its pid instead. nil: always.
+	Visible func(nsPath string) bool
 }
+
+// Outcome is what Adjust did with a container, as a value the plugin
+// chooses its log level from.
+type Outcome int
+
+// The outcomes. Every one but Adjusted leaves the container as the
+// runtime made it.
+const (
+	// Adjusted: the pod holds RDMA devices; the container gets them.
+	Adjusted Outcome = iota
+	// OptedOut: the pod carries rdma-netns.io/nri: skip.
+	OptedOut
+	// HostNetwork: the pod has no network namespace of its own.
+	HostNetwork
+	// NotExclusive: the RDMA subsystem is not known to be in exclusive
+	// netns mode (shared, or the mode cannot be read), so no netns can be
+	// shown to hold a device of its own: in shared mode every netns sees
+	// every device of the node.
+	NotExclusive
+	// NetnsUnknown: the pod's network namespace cannot be opened or read.
+	NetnsUnknown
+	// NoDevice: the pod's network namespace holds no RDMA device.
+	NoDevice
+)
 
 // Decision says what Adjust did to one container and why, for the log.
 type Decision struct {
-	// Skipped says why the container was left alone ("" if adjusted).
-	Skipped string
-	Netns   string
-	// Devices are the pod's RDMA devices; Nodes the device nodes added.
+	Outcome Outcome
+	// Reason says why a container was left alone ("" if adjusted).
+	Reason string
+	Netns  string
+	// Devices are the pod's RDMA devices; Nodes the device nodes added,
+	// Kept those the container already had.
 	Devices []string
 	Nodes   []string
+	Kept    []string
 	Memlock string
 	Shm     string
 	// Warnings are what could not be given, and why.
@@ -54,15 +88,22 @@ type Decision struct {
 }
 
 func (d Decision) String() string {
-	if d.Skipped != "" {
-		return "not adjusted: " + d.Skipped
+	if d.Outcome != Adjusted {
+		return "not adjusted: " + d.Reason
 	}
-	s := fmt.Sprintf("pod netns %s holds %s: devices %s, memlock %s, /dev/shm %s",
-		d.Netns, strings.Join(d.Devices, ","), strings.Join(d.Nodes, " "), d.Memlock, d.Shm)
+	s := fmt.Sprintf("pod netns %s holds %s: devices %s", d.Netns, strings.Join(d.Devices, ","), strings.Join(d.Nodes, " "))
+	if len(d.Kept) > 0 {
+		s += fmt.Sprintf(" (had %s already)", strings.Join(d.Kept, " "))
+	}
+	s += fmt.Sprintf(", memlock %s, /dev/shm %s", d.Memlock, d.Shm)
 	if len(d.Warnings) > 0 {
 		s += "; " + strings.Join(d.Warnings, "; ")
 	}
 	return s
+}
+
+func (d *Decision) skip(o Outcome, reason string) {
+	d.Outcome, d.Reason = o, reason
 }
 
 // Adjust decides the adjustment of a container being created in pod.
@@ -75,62 +116,134 @@ func (a *Adjuster) Adjust(pod *api.PodSandbox, ctr *api.Container) (*api.Contain
 		return nil, d
 	}
 	adj := &api.ContainerAdjustment{}
-	a.addDevices(adj, nodes, &d)
-	a.setMemlock(adj, &d)
+	a.addDevices(adj, ctr, nodes, &d)
+	a.setMemlock(adj, ctr, &d)
 	d.Shm = a.sizeShm(pod, ctr, &d)
 	return adj, d
 }
 
 // Nodes asks the kernel, inside the pod's netns, for the pod's RDMA
 // devices with their uverbs nodes, and rdma_cm. It returns nil, with the
-// reason in the decision's Skipped, for a pod whose containers are left
-// alone: it opts out, runs in the host's network namespace, its netns
-// cannot be read, or it holds no RDMA device.
+// reason in the decision, for a pod whose containers are left alone: it
+// opts out, runs in the host's network namespace, the node is not in
+// exclusive mode, its netns cannot be read, or it holds no RDMA device.
 func (a *Adjuster) Nodes(pod *api.PodSandbox) (*rdmans.VerbsNodes, Decision) {
 	var d Decision
 	if v := pod.GetAnnotations()[AnnotationNRI]; v == Skip {
-		d.Skipped = fmt.Sprintf("the pod opts out (%s: %s)", AnnotationNRI, Skip)
+		d.skip(OptedOut, fmt.Sprintf("the pod opts out (%s: %s)", AnnotationNRI, Skip))
 		return nil, d
 	}
-	d.Netns = netnsOf(pod)
-	if d.Netns == "" {
-		d.Skipped = "the pod has no network namespace of its own (host network)"
+	if reason := a.NotExclusive(); reason != "" {
+		d.skip(NotExclusive, reason)
 		return nil, d
 	}
-	if a.SameAsSelf != nil && a.SameAsSelf(d.Netns) {
-		d.Skipped = "the pod's network namespace is the host's"
+	path, own := netnsOf(pod)
+	if !own {
+		d.skip(HostNetwork, "the pod has no network namespace of its own (host network)")
 		return nil, d
+	}
+	if d.Netns = a.netnsPath(pod, path); d.Netns == "" {
+		d.skip(NetnsUnknown, fmt.Sprintf("cannot find the pod's network namespace: %s, and the runtime gave no pod pid", missing(path)))
+		return nil, d
+	}
+	if a.SameAsSelf != nil {
+		host, err := a.SameAsSelf(d.Netns)
+		if err != nil {
+			d.skip(NetnsUnknown, fmt.Sprintf("cannot tell whether the pod's network namespace %s is the host's: %v", d.Netns, err))
+			return nil, d
+		}
+		if host {
+			d.skip(HostNetwork, fmt.Sprintf("the pod's network namespace (%s) is the host's", d.Netns))
+			return nil, d
+		}
 	}
 	nodes, err := a.Kernel.VerbsNodesIn(d.Netns)
 	if err != nil {
-		d.Skipped = fmt.Sprintf("cannot read the RDMA devices of the pod's netns: %v", err)
+		d.skip(NetnsUnknown, fmt.Sprintf("cannot read the RDMA devices of the pod's netns: %v", err))
 		return nil, d
 	}
 	if len(nodes.Devices) == 0 {
-		d.Skipped = "no RDMA device in the pod's network namespace " + d.Netns
+		d.skip(NoDevice, "no RDMA device in the pod's network namespace "+d.Netns)
 		return nil, d
 	}
 	return nodes, d
 }
 
-// netnsOf is the path of the pod's network namespace, "" if the pod
-// runs in the host's.
-func netnsOf(pod *api.PodSandbox) string {
-	for _, ns := range pod.GetLinux().GetNamespaces() {
-		if ns.GetType() == "network" {
-			return ns.GetPath()
-		}
+// NotExclusive says why the kernel's RDMA netns mode forbids giving any
+// pod a device, "" when it is exclusive. "This netns holds that device"
+// proves the pod owns it only in exclusive mode: in shared mode every
+// netns sees every device of the node, so the pod of a plain network
+// would get them all. A mode that cannot be read grants nothing either.
+func (a *Adjuster) NotExclusive() string {
+	mode, err := a.Kernel.NetnsMode()
+	switch {
+	case err != nil:
+		return fmt.Sprintf("cannot read the RDMA netns mode (%v), so no pod can be shown to own a device; %s", err, ExclusiveFix)
+	case mode != rdmans.ModeExclusive:
+		return fmt.Sprintf("the RDMA subsystem is in %s netns mode, where every pod sees every RDMA device of the node; %s", mode, ExclusiveFix)
 	}
 	return ""
+}
+
+// ExclusiveFix is what the operator does about a node not in exclusive
+// mode (README, "Prepare the nodes").
+const ExclusiveFix = "no container is adjusted until the node runs in exclusive mode: set it at boot " +
+	"(options ib_core netns_mode=0 in /etc/modprobe.d, then reboot; README step 1)"
+
+// netnsOf is the path of the pod's network namespace; own is false if the
+// pod runs in the host's (no network entry). An entry with an empty path
+// is a namespace of its own that the runtime creates without a path.
+func netnsOf(pod *api.PodSandbox) (path string, own bool) {
+	for _, ns := range pod.GetLinux().GetNamespaces() {
+		if ns.GetType() == "network" {
+			return ns.GetPath(), true
+		}
+	}
+	return "", false
+}
+
+// netnsPath is where the plugin opens the pod's network namespace: the
+// runtime's path, or, when the runtime gave none or the plugin cannot see
+// it (the runtime keeps it in a directory the plugin's mount namespace
+// lacks), /proc/<pod pid>/ns/net (the DaemonSet has hostPID). "" when
+// neither is there. Whatever it names is still checked against the
+// host's netns, and the kernel's answer from inside it decides.
+func (a *Adjuster) netnsPath(pod *api.PodSandbox, path string) string {
+	if path != "" && (a.Visible == nil || a.Visible(path)) {
+		return path
+	}
+	if pid := pod.GetPid(); pid != 0 {
+		return fmt.Sprintf("/proc/%d/ns/net", pid)
+	}
+	return ""
+}
+
+// missing says why the runtime's netns path was not used.
+func missing(path string) string {
+	if path == "" {
+		return "the runtime made it a new network namespace without a path"
+	}
+	return path + " is not visible to the plugin"
 }
 
 // addDevices gives the container the uverbs node of each of the pod's
 // devices and rdma_cm, with the numbers the kernel reports, mode 0666 as
 // rdma-core's udev rules make them on the node. The runtime adds an allow
 // rule to the container's device cgroup for every device an adjustment
-// adds (NRI's AdjustDevices does both), so no other node opens.
-func (a *Adjuster) addDevices(adj *api.ContainerAdjustment, nodes *rdmans.VerbsNodes, d *Decision) {
+// adds (NRI's AdjustDevices does both), so no other node opens. A node the
+// container already has (from its spec, a device plugin, or an NRI plugin
+// that ran before this one) is left as it is: the runtime fails a
+// container whose device two plugins set.
+func (a *Adjuster) addDevices(adj *api.ContainerAdjustment, ctr *api.Container, nodes *rdmans.VerbsNodes, d *Decision) {
+	has := map[string]bool{}
+	for _, dev := range ctr.GetLinux().GetDevices() {
+		has[filepath.Clean(dev.GetPath())] = true
+	}
 	add := func(c rdmans.CharDev) {
+		if has[c.Path()] {
+			d.Kept = append(d.Kept, c.Path())
+			return
+		}
 		adj.AddDevice(&api.LinuxDevice{
 			Path:     c.Path(),
 			Type:     "c",
@@ -155,13 +268,34 @@ func (a *Adjuster) addDevices(adj *api.ContainerAdjustment, nodes *rdmans.VerbsN
 	add(*nodes.RdmaCM)
 }
 
-func (a *Adjuster) setMemlock(adj *api.ContainerAdjustment, d *Decision) {
+// setMemlock sets the policy's memlock, unless the container already has
+// at least that much (the runtime's default spec, or an NRI plugin that
+// ran before this one, such as containerd's ulimit-adjuster sample): the
+// runtime fails a container whose rlimit two plugins set. The soft limit
+// is what verbs registration is checked against.
+func (a *Adjuster) setMemlock(adj *api.ContainerAdjustment, ctr *api.Container, d *Decision) {
 	d.Memlock = a.Policy.Memlock.String()
 	if a.Policy.Memlock.Keep {
 		return
 	}
 	l := a.Policy.Memlock.Limit()
+	if have, ok := memlockOf(ctr); ok && have >= l {
+		d.Memlock = Memlock{Unlimited: have == math.MaxUint64, Bytes: have}.String() + " already"
+		return
+	}
 	adj.AddRlimit("RLIMIT_MEMLOCK", l, l)
+}
+
+// memlockOf is the container's memlock soft limit as the runtime would set
+// it: its last RLIMIT_MEMLOCK entry (later plugins' come after).
+func memlockOf(ctr *api.Container) (uint64, bool) {
+	rl := ctr.GetRlimits()
+	for i := len(rl) - 1; i >= 0; i-- {
+		if rl[i].GetType() == "RLIMIT_MEMLOCK" {
+			return rl[i].GetSoft(), true
+		}
+	}
+	return 0, false
 }
 
 // sizeShm sets the size of the pod's /dev/shm and says what it did.
@@ -180,9 +314,10 @@ func (a *Adjuster) setMemlock(adj *api.ContainerAdjustment, d *Decision) {
 // that limit so as not to promise more.
 //
 // Only the sandbox's own tmpfs is touched: the container's /dev/shm mount
-// must come from a path that names the sandbox (a hostIPC pod gets the
-// node's /dev/shm, a pod that mounts an emptyDir there its own volume;
-// both are left alone) and be the root of a tmpfs mount. It is only ever
+// must come from the sandbox's directory under the runtime's sandbox root
+// (a hostIPC pod gets the node's /dev/shm, a pod that mounts an emptyDir
+// there its own volume; both are left alone) and be the root of a tmpfs
+// mount. It is only ever
 // grown: shrinking a tmpfs below what is in use fails, and another
 // container of the pod may have asked for more.
 func (a *Adjuster) sizeShm(pod *api.PodSandbox, ctr *api.Container, d *Decision) string {
@@ -206,8 +341,9 @@ func (a *Adjuster) sizeShm(pod *api.PodSandbox, ctr *api.Container, d *Decision)
 	switch {
 	case src == "":
 		return "left alone: the container has no /dev/shm mount"
-	case !namesSandbox(src, pod.GetId()):
-		return fmt.Sprintf("left alone: /dev/shm comes from %s, not from the pod sandbox's tmpfs (hostIPC or a volume of the pod's own)", src)
+	case !inSandbox(src, pod.GetId(), a.Policy.SandboxRoots):
+		return fmt.Sprintf("left alone: /dev/shm comes from %s, not from the pod sandbox's tmpfs under %s (hostIPC, a volume of the pod's own, or a runtime whose sandbox root --sandbox-root lacks)",
+			src, strings.Join(a.Policy.SandboxRoots, ", "))
 	}
 	have, err := a.Shm.Size(src)
 	if err != nil {
@@ -215,13 +351,21 @@ func (a *Adjuster) sizeShm(pod *api.PodSandbox, ctr *api.Container, d *Decision)
 		return "unchanged"
 	}
 	if have >= want {
-		return fmt.Sprintf("%s already (%s %s)", FormatSize(have), why, FormatSize(want))
+		return fmt.Sprintf("%s already (%s %s)", shmSize(have), why, FormatSize(want))
 	}
 	if err := a.Shm.Resize(src, want); err != nil {
 		d.Warnings = append(d.Warnings, fmt.Sprintf("cannot resize the pod's /dev/shm %s to %s: %v", src, FormatSize(want), err))
 		return "unchanged at " + FormatSize(have)
 	}
 	return fmt.Sprintf("%s (%s; was %s)", FormatSize(want), why, FormatSize(have))
+}
+
+// shmSize prints a tmpfs size.
+func shmSize(n uint64) string {
+	if n == Unlimited {
+		return "unlimited"
+	}
+	return FormatSize(n)
 }
 
 // memoryLimit is the pod's memory limit when the runtime passes it (the
@@ -247,8 +391,16 @@ func shmSource(ctr *api.Container) string {
 	return ""
 }
 
-// namesSandbox: containerd keeps the sandbox's tmpfs at
-// .../sandboxes/ID/shm, CRI-O at .../overlay-containers/ID/userdata/shm.
-func namesSandbox(path, id string) bool {
-	return id != "" && slices.Contains(strings.Split(filepath.Clean(path), "/"), id)
+// inSandbox: path is in the directory of sandbox id under one of the
+// runtime's sandbox roots (containerd: <root>/ID/shm, CRI-O:
+// <root>/ID/userdata/shm).
+func inSandbox(path, id string, roots []string) bool {
+	path = filepath.Clean(path)
+	for _, root := range roots {
+		rest, ok := strings.CutPrefix(path, filepath.Clean(root)+"/")
+		if first, _, _ := strings.Cut(rest, "/"); ok && id != "" && first == id {
+			return true
+		}
+	}
+	return false
 }

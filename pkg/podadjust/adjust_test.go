@@ -13,12 +13,17 @@ import (
 )
 
 // fakeKernel answers from a map of netns path -> what the kernel would
-// say from inside it, and counts the questions.
+// say from inside it, and counts the questions. Its netns mode is mode,
+// or modeErr.
 type fakeKernel struct {
-	in    map[string]*rdmans.VerbsNodes
-	err   error
-	asked []string
+	in      map[string]*rdmans.VerbsNodes
+	err     error
+	asked   []string
+	mode    string
+	modeErr error
 }
+
+func (k *fakeKernel) NetnsMode() (string, error) { return k.mode, k.modeErr }
 
 func (k *fakeKernel) VerbsNodesIn(nsPath string) (*rdmans.VerbsNodes, error) {
 	k.asked = append(k.asked, nsPath)
@@ -70,7 +75,7 @@ var rdmaCM = &rdmans.CharDev{Name: "rdma_cm", Major: 10, Minor: 122}
 // world is a node with pod netns podNetns holding rxe1 (uverbs1), another
 // pod's netns holding rxe2 (uverbs2), and the sandbox's tmpfs at 64 MiB.
 func world() (*Adjuster, *fakeKernel, *fakeShm) {
-	k := &fakeKernel{in: map[string]*rdmans.VerbsNodes{
+	k := &fakeKernel{mode: rdmans.ModeExclusive, in: map[string]*rdmans.VerbsNodes{
 		podNetns:                   {Devices: []rdmans.VerbsNode{{Device: "rxe1", Uverbs: uverbs(1)}}, RdmaCM: rdmaCM},
 		"/var/run/netns/cni-other": {Devices: []rdmans.VerbsNode{{Device: "rxe2", Uverbs: uverbs(2)}}, RdmaCM: rdmaCM},
 	}}
@@ -153,7 +158,7 @@ func TestAdjustRDMAPod(t *testing.T) {
 	if !slices.Equal(k.asked, []string{podNetns}) {
 		t.Fatalf("kernel asked about %v, want the pod's netns only", k.asked)
 	}
-	if d.Skipped != "" || !strings.Contains(d.String(), "rxe1") || !strings.Contains(d.Shm, "1Gi") {
+	if d.Outcome != Adjusted || !strings.Contains(d.String(), "rxe1") || !strings.Contains(d.Shm, "1Gi") {
 		t.Fatalf("decision %q", d)
 	}
 	// The pod's second container: same devices, /dev/shm already at size.
@@ -167,44 +172,86 @@ func TestAdjustRDMAPod(t *testing.T) {
 // touched, not even their /dev/shm.
 func TestAdjustLeavesOthersAlone(t *testing.T) {
 	for _, tc := range []struct {
-		name   string
-		pod    func() *api.PodSandbox
-		self   bool
-		err    error
-		asked  bool
-		reason string
+		name    string
+		pod     func() *api.PodSandbox
+		self    bool
+		selfErr error
+		err     error
+		asked   bool
+		outcome Outcome
+		reason  string
 	}{
 		{"no RDMA device", func() *api.PodSandbox {
 			p := pod(nil, 0)
 			p.Linux.Namespaces[2].Path = "/var/run/netns/cni-empty"
 			return p
-		}, false, nil, true, "no RDMA device"},
-		{"opted out", func() *api.PodSandbox { return pod(map[string]string{AnnotationNRI: Skip}, 0) }, false, nil, false, "opts out"},
+		}, false, nil, nil, true, NoDevice, "no RDMA device"},
+		{"opted out", func() *api.PodSandbox { return pod(map[string]string{AnnotationNRI: Skip}, 0) }, false, nil, nil, false, OptedOut, "opts out"},
 		{"host network", func() *api.PodSandbox {
 			p := pod(nil, 0)
 			p.Linux.Namespaces = p.Linux.Namespaces[:2]
 			return p
-		}, false, nil, false, "host network"},
-		{"netns path opens the host's", func() *api.PodSandbox { return pod(nil, 0) }, true, nil, false, "the host's"},
-		{"kernel cannot answer", func() *api.PodSandbox { return pod(nil, 0) }, false, errors.New("enter netns: no such file"), true, "no such file"},
-		{"no Linux section", func() *api.PodSandbox { return &api.PodSandbox{Id: sandboxID} }, false, nil, false, "host network"},
+		}, false, nil, nil, false, HostNetwork, "host network"},
+		{"netns path opens the host's", func() *api.PodSandbox { return pod(nil, 0) }, true, nil, nil, false, HostNetwork, "the host's"},
+		{"kernel cannot answer", func() *api.PodSandbox { return pod(nil, 0) }, false, nil, errors.New("enter netns: no such file"), true, NetnsUnknown, "no such file"},
+		{"cannot tell the netns from the host's", func() *api.PodSandbox { return pod(nil, 0) }, false, errors.New("not a network namespace"), nil, false, NetnsUnknown, "cannot tell whether"},
+		{"no Linux section", func() *api.PodSandbox { return &api.PodSandbox{Id: sandboxID} }, false, nil, nil, false, HostNetwork, "host network"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a, k, s := world()
 			k.err = tc.err
-			a.SameAsSelf = func(string) bool { return tc.self }
+			a.SameAsSelf = func(string) (bool, error) { return tc.self, tc.selfErr }
 			adj, d := a.Adjust(tc.pod(), container(shmPath, 0))
 			if adj != nil {
 				t.Fatalf("adjusted: %+v", adj)
 			}
-			if !strings.Contains(d.Skipped, tc.reason) {
-				t.Fatalf("reason %q, want it to say %q", d.Skipped, tc.reason)
+			if d.Outcome != tc.outcome || !strings.Contains(d.Reason, tc.reason) {
+				t.Fatalf("outcome %d %q, want %d saying %q", d.Outcome, d.Reason, tc.outcome, tc.reason)
 			}
 			if (len(k.asked) > 0) != tc.asked {
 				t.Fatalf("kernel asked %v", k.asked)
 			}
 			if len(s.resized) > 0 {
 				t.Fatalf("/dev/shm resized: %v", s.resized)
+			}
+		})
+	}
+}
+
+// In shared mode every netns sees every RDMA device, so "the pod's netns
+// holds rxe1" proves nothing: a pod holding rxe1, like any other, gets no
+// device, no memlock and no /dev/shm; so does every pod when the mode
+// cannot be read. The reason names the fix.
+func TestAdjustNothingOutsideExclusiveMode(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		mode    string
+		modeErr error
+		say     string
+	}{
+		{"shared", rdmans.ModeShared, nil, "shared netns mode"},
+		{"unreadable", "", errors.New("the kernel's RDMA subsystem does not answer"), "cannot read the RDMA netns mode"},
+		{"unknown answer", "bogus", nil, "bogus netns mode"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, k, s := world()
+			k.mode, k.modeErr = tc.mode, tc.modeErr
+			for _, netns := range []string{podNetns, "/var/run/netns/cni-plain"} {
+				p := pod(nil, 0)
+				p.Linux.Namespaces[2].Path = netns
+				adj, d := a.Adjust(p, container(shmPath, 0))
+				if adj != nil {
+					t.Fatalf("pod in %s adjusted in %s mode: devices %v, memlock %v", netns, tc.name, devicePaths(adj), memlock(adj))
+				}
+				if d.Outcome != NotExclusive || !strings.Contains(d.Reason, tc.say) || !strings.Contains(d.Reason, "netns_mode=0") {
+					t.Fatalf("outcome %d %q, want NotExclusive saying %q and the fix", d.Outcome, d.Reason, tc.say)
+				}
+			}
+			if len(s.resized) > 0 || len(k.asked) > 0 {
+				t.Fatalf("/dev/shm resized %v, kernel asked about %v", s.resized, k.asked)
+			}
+			if a.NotExclusive() == "" {
+				t.Fatal("NotExclusive says nothing")
 			}
 		})
 	}
@@ -239,6 +286,10 @@ func TestAdjustShm(t *testing.T) {
 		{"hostIPC: the node's /dev/shm", nil, 0, 0, "/dev/shm", 8 << 30, 1 << 30, nil, 8 << 30, "not from the pod sandbox", ""},
 		{"the pod's own emptyDir", nil, 0, 0, "/var/lib/kubelet/pods/uid/volumes/kubernetes.io~empty-dir/dshm", 64 << 20, 1 << 30, nil, 64 << 20, "not from the pod sandbox", ""},
 		{"no /dev/shm mount", nil, 0, 0, "", 64 << 20, 1 << 30, nil, 64 << 20, "no /dev/shm", ""},
+		{"CRI-O's sandbox tmpfs", nil, 0, 0, "/run/containers/storage/overlay-containers/" + sandboxID + "/userdata/shm", 64 << 20, 1 << 30, nil, 1 << 30, "node default", ""},
+		{"names the sandbox outside the sandbox roots", nil, 0, 0, "/var/lib/other/" + sandboxID + "/shm", 64 << 20, 1 << 30, nil, 64 << 20, "not from the pod sandbox", ""},
+		{"another sandbox's tmpfs", nil, 0, 0, "/run/containerd/io.containerd.grpc.v1.cri/sandboxes/other/" + sandboxID, 64 << 20, 1 << 30, nil, 64 << 20, "not from the pod sandbox", ""},
+		{"unlimited tmpfs", nil, 0, 0, shmPath, Unlimited, 1 << 30, nil, Unlimited, "unlimited already", ""},
 		{"sandbox tmpfs gone", nil, 0, 0, "/run/containerd/io.containerd.grpc.v1.cri/sandboxes/" + sandboxID + "/gone", 0, 1 << 30, nil, 0, "unchanged", "cannot measure"},
 		{"remount refused", nil, 0, 0, shmPath, 64 << 20, 1 << 30, errors.New("operation not permitted"), 64 << 20, "unchanged at 64Mi", "not permitted"},
 	} {
@@ -302,13 +353,15 @@ func TestAdjustMissingNodes(t *testing.T) {
 	}
 }
 
+// Sizes are read as Kubernetes writes quantities.
 func TestParse(t *testing.T) {
-	for in, want := range map[string]uint64{"0": 0, "4096": 4096, "64Mi": 64 << 20, "16Gi": 16 << 30, "1Ti": 1 << 40, "2k": 2000, "1G": 1e9, " 8Ki ": 8 << 10} {
+	for in, want := range map[string]uint64{"0": 0, "4096": 4096, "64Mi": 64 << 20, "512Mi": 512 << 20, "16Gi": 16 << 30, "1Ti": 1 << 40,
+		"2k": 2000, "1G": 1e9, "2G": 2e9, " 8Ki ": 8 << 10, "1.5Gi": 1536 << 20, "1e9": 1e9, "0.5Ki": 512, "1.0001": 2} {
 		if got, err := ParseSize(in); err != nil || got != want {
 			t.Errorf("ParseSize(%q) = %d, %v; want %d", in, got, err, want)
 		}
 	}
-	for _, bad := range []string{"", "-1", "1.5Gi", "Gi", "16GB", "99999999999999999999", "17179869184Ti"} {
+	for _, bad := range []string{"", "-1", "-1Gi", "16GB", "2K", "lots", "99999999999999999999", "17179869184Ti", "1e30"} {
 		if n, err := ParseSize(bad); err == nil {
 			t.Errorf("ParseSize(%q) = %d, want an error", bad, n)
 		}
@@ -319,7 +372,7 @@ func TestParse(t *testing.T) {
 	if _, err := ParseShmSize("0"); err == nil {
 		t.Error("a /dev/shm of size 0 (unlimited tmpfs) accepted")
 	}
-	for in, want := range map[string]Memlock{"unlimited": {Unlimited: true}, "-1": {Unlimited: true}, "keep": {Keep: true}, "64Mi": {Bytes: 64 << 20}} {
+	for in, want := range map[string]Memlock{"unlimited": {Unlimited: true}, "-1": {Unlimited: true}, "keep": {Keep: true}, "64Mi": {Bytes: 64 << 20}, "1.5Gi": {Bytes: 1536 << 20}} {
 		if got, err := ParseMemlock(in); err != nil || got != want {
 			t.Errorf("ParseMemlock(%q) = %+v, %v; want %+v", in, got, err, want)
 		}
@@ -331,5 +384,92 @@ func TestParse(t *testing.T) {
 		if got := FormatSize(n); got != want {
 			t.Errorf("FormatSize(%d) = %s, want %s", n, got, want)
 		}
+	}
+}
+
+// A container that already has memlock at least the policy's (the
+// runtime's default spec, or an NRI plugin that ran first) keeps it, one
+// that has less is raised; device nodes it already has are not added
+// again. The runtime fails a container whose rlimit or device two plugins
+// set.
+func TestAdjustLeavesWhatTheContainerHas(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		policy  Memlock
+		rlimits []*api.POSIXRlimit
+		set     bool
+		say     string
+	}{
+		{"unlimited already", Memlock{Unlimited: true}, []*api.POSIXRlimit{{Type: "RLIMIT_MEMLOCK", Soft: math.MaxUint64, Hard: math.MaxUint64}}, false, "unlimited already"},
+		{"more than the policy", Memlock{Bytes: 64 << 30}, []*api.POSIXRlimit{{Type: "RLIMIT_MEMLOCK", Soft: 128 << 30, Hard: 128 << 30}}, false, "128Gi already"},
+		{"less than the policy", Memlock{Unlimited: true}, []*api.POSIXRlimit{{Type: "RLIMIT_MEMLOCK", Soft: 64 << 10, Hard: 64 << 10}}, true, "unlimited"},
+		{"the last entry counts", Memlock{Unlimited: true}, []*api.POSIXRlimit{
+			{Type: "RLIMIT_MEMLOCK", Soft: math.MaxUint64, Hard: math.MaxUint64}, {Type: "RLIMIT_NOFILE", Soft: 1024, Hard: 1024},
+			{Type: "RLIMIT_MEMLOCK", Soft: 8 << 20, Hard: 8 << 20}}, true, "unlimited"},
+		{"other rlimits only", Memlock{Unlimited: true}, []*api.POSIXRlimit{{Type: "RLIMIT_NOFILE", Soft: 1024, Hard: 1024}}, true, "unlimited"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, _, _ := world()
+			a.Policy.Memlock = tc.policy
+			c := container(shmPath, 0)
+			c.Rlimits = tc.rlimits
+			adj, d := a.Adjust(pod(nil, 0), c)
+			if got := len(memlock(adj)) == 1; got != tc.set || d.Memlock != tc.say {
+				t.Fatalf("memlock set %v (%v), decision %q; want set %v, %q", got, memlock(adj), d.Memlock, tc.set, tc.say)
+			}
+		})
+	}
+	a, _, _ := world()
+	c := container(shmPath, 0)
+	c.Linux.Devices = []*api.LinuxDevice{{Path: "/dev/infiniband/uverbs1", Type: "c", Major: 231, Minor: 193}}
+	adj, d := a.Adjust(pod(nil, 0), c)
+	if got := devicePaths(adj); !slices.Equal(got, []string{"/dev/infiniband/rdma_cm"}) || !slices.Equal(d.Kept, []string{"/dev/infiniband/uverbs1"}) {
+		t.Fatalf("devices added %v, kept %v; want rdma_cm added and uverbs1 kept", got, d.Kept)
+	}
+	if !strings.Contains(d.String(), "had /dev/infiniband/uverbs1 already") {
+		t.Fatalf("decision %q does not say uverbs1 was there", d)
+	}
+}
+
+// A netns path the plugin cannot see (another mount namespace's) and an
+// OCI network entry without a path (a new netns the runtime made) are
+// found through the pod's pid, /proc/<pid>/ns/net, and the kernel's answer
+// from there decides; without a pid the pod gets nothing and the decision
+// says why; a pid whose netns is the host's gets nothing.
+func TestAdjustFindsTheNetnsThroughThePodPid(t *testing.T) {
+	const viaPid = "/proc/4242/ns/net"
+	for _, tc := range []struct {
+		name    string
+		path    string
+		pid     uint32
+		host    bool
+		asked   string
+		outcome Outcome
+		say     string
+	}{
+		{"path not visible", podNetns, 4242, false, viaPid, Adjusted, ""},
+		{"no path: a new netns", "", 4242, false, viaPid, Adjusted, ""},
+		{"path not visible, no pid", podNetns, 0, false, "", NetnsUnknown, podNetns + " is not visible"},
+		{"no path, no pid", "", 0, false, "", NetnsUnknown, "new network namespace without a path"},
+		{"the pid's netns is the host's", podNetns, 4242, true, "", HostNetwork, viaPid + ") is the host's"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, k, _ := world()
+			k.in[viaPid] = k.in[podNetns]
+			a.Visible = func(p string) bool { return p != podNetns }
+			a.SameAsSelf = func(p string) (bool, error) { return tc.host && p == viaPid, nil }
+			p := pod(nil, 0)
+			p.Linux.Namespaces[2].Path, p.Pid = tc.path, tc.pid
+			adj, d := a.Adjust(p, container(shmPath, 0))
+			if d.Outcome != tc.outcome || !strings.Contains(d.Reason, tc.say) {
+				t.Fatalf("outcome %d %q, want %d saying %q", d.Outcome, d.Reason, tc.outcome, tc.say)
+			}
+			if tc.outcome == Adjusted && (len(devicePaths(adj)) != 2 || d.Netns != viaPid) {
+				t.Fatalf("devices %v from netns %s, want uverbs1 and rdma_cm from %s", devicePaths(adj), d.Netns, viaPid)
+			}
+			if want := []string{tc.asked}; tc.asked != "" && !slices.Equal(k.asked, want) || tc.asked == "" && len(k.asked) > 0 {
+				t.Fatalf("kernel asked about %v, want %q", k.asked, tc.asked)
+			}
+		})
 	}
 }

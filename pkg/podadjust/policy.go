@@ -13,6 +13,8 @@ import (
 	"math"
 	"strconv"
 	"strings"
+
+	"k8s.io/apimachinery/pkg/api/resource"
 )
 
 // Annotations a pod may carry (on the pod, so every container of it gets
@@ -21,9 +23,9 @@ const (
 	// AnnotationNRI set to "skip" leaves every container of the pod as the
 	// runtime made it, RDMA device or not.
 	AnnotationNRI = "rdma-netns.io/nri"
-	// AnnotationShmSize sets the pod's /dev/shm size ("16Gi", "512Mi",
-	// bytes), or "keep" to leave the runtime's (64 MiB). Never above the
-	// pod's memory limit.
+	// AnnotationShmSize sets the pod's /dev/shm size, a Kubernetes
+	// quantity ("16Gi", "1.5Gi", "2G", "1e9", bytes), or "keep" to leave
+	// the runtime's (64 MiB). Never above the pod's memory limit.
 	AnnotationShmSize = "rdma-netns.io/shm-size"
 	// Skip is the value of AnnotationNRI that opts a pod out.
 	Skip = "skip"
@@ -38,12 +40,25 @@ type Policy struct {
 	// ShmSize is the /dev/shm size of a pod without AnnotationShmSize;
 	// 0 leaves the runtime's.
 	ShmSize uint64
+	// SandboxRoots are the directories under which the runtime keeps a
+	// directory per pod sandbox, named by its ID, holding the pod's shm
+	// tmpfs. Only a /dev/shm from there is resized.
+	SandboxRoots []string
 }
+
+// The runtimes' sandbox roots with their default state directories:
+// containerd's CRI plugin keeps a sandbox's tmpfs at <root>/<ID>/shm,
+// CRI-O (containers/storage's runroot) at <root>/<ID>/userdata/shm.
+const (
+	ContainerdSandboxRoot = "/run/containerd/io.containerd.grpc.v1.cri/sandboxes"
+	CRIOSandboxRoot       = "/run/containers/storage/overlay-containers"
+)
 
 // DefaultPolicy: unlimited memlock (pinned pages are still charged to the
 // pod's memory cgroup, so the pod's memory limit still bounds them) and
 // 1 GiB of /dev/shm, the size below which `rdma-netns doctor` warns.
-var DefaultPolicy = Policy{Memlock: Memlock{Unlimited: true}, ShmSize: 1 << 30}
+var DefaultPolicy = Policy{Memlock: Memlock{Unlimited: true}, ShmSize: 1 << 30,
+	SandboxRoots: []string{ContainerdSandboxRoot, CRIOSandboxRoot}}
 
 // Memlock is a memlock setting: keep the runtime's, unlimited, or a size.
 type Memlock struct {
@@ -100,33 +115,26 @@ func ParseShmSize(s string) (uint64, error) {
 	return n, nil
 }
 
-var suffixes = []struct {
-	s string
-	m uint64
-}{
-	{"Ki", 1 << 10}, {"Mi", 1 << 20}, {"Gi", 1 << 30}, {"Ti", 1 << 40},
-	{"k", 1e3}, {"K", 1e3}, {"M", 1e6}, {"G", 1e9}, {"T", 1e12},
-}
+// maxSize bounds the sizes ParseSize accepts (below 8 EiB): the parser
+// clamps a binary-suffixed quantity beyond it to it.
+var maxSize = resource.NewQuantity(math.MaxInt64, resource.BinarySI)
 
-// ParseSize reads a size as Kubernetes quantities write it: bytes, or an
-// integer with a binary (Ki, Mi, Gi, Ti) or decimal (k, M, G, T) suffix.
+// ParseSize reads a size as Kubernetes writes quantities, with
+// apimachinery's parser: bytes, a binary (Ki, Mi, Gi, Ti, Pi, Ei) or
+// decimal (k, M, G, T, P, E) suffix, a decimal fraction (1.5Gi) or an
+// exponent (1e9). A fraction of a byte rounds up, as Kubernetes does for
+// memory.
 func ParseSize(s string) (uint64, error) {
-	s = strings.TrimSpace(s)
-	mult := uint64(1)
-	for _, x := range suffixes {
-		if rest, ok := strings.CutSuffix(s, x.s); ok {
-			s, mult = rest, x.m
-			break
-		}
-	}
-	n, err := strconv.ParseUint(s, 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("not a size")
-	}
-	if n > math.MaxUint64/mult {
+	q, err := resource.ParseQuantity(strings.TrimSpace(s))
+	switch {
+	case err != nil:
+		return 0, fmt.Errorf("not a Kubernetes quantity (such as 16Gi, 1.5Gi, 2G, 1e9)")
+	case q.Sign() < 0:
+		return 0, fmt.Errorf("negative")
+	case q.Cmp(*maxSize) >= 0:
 		return 0, fmt.Errorf("too large")
 	}
-	return n * mult, nil
+	return uint64(q.Value()), nil
 }
 
 // FormatSize prints a size in the largest binary unit that divides it.

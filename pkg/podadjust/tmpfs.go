@@ -2,6 +2,7 @@ package podadjust
 
 import (
 	"fmt"
+	"math"
 	"math/bits"
 	"path/filepath"
 	"strconv"
@@ -13,17 +14,24 @@ import (
 // sees them (the host's, or one the sandbox directories propagate into).
 type Tmpfs struct{}
 
-// Size is the size of the tmpfs whose root is at path. A path that is not
-// a mount root is refused: the sandbox's shm directory without its mount
-// would otherwise measure /run.
+// Unlimited is the size of a tmpfs without a size limit.
+const Unlimited = math.MaxUint64
+
+// Size is the size of the tmpfs whose root is at path; Unlimited for one
+// mounted without a limit (size=0), which statfs reports as 0 blocks. A
+// path that is not a mount root is refused: the sandbox's shm directory
+// without its mount would otherwise measure /run.
 func (Tmpfs) Size(path string) (uint64, error) {
 	var st unix.Statfs_t
 	if err := mountRoot(path, &st); err != nil {
 		return 0, err
 	}
+	if st.Blocks == 0 {
+		return Unlimited, nil
+	}
 	hi, lo := bits.Mul64(st.Blocks, uint64(st.Bsize))
 	if hi != 0 {
-		return ^uint64(0), nil
+		return Unlimited, nil
 	}
 	return lo, nil
 }

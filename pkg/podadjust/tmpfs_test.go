@@ -3,6 +3,7 @@ package podadjust
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -71,5 +72,35 @@ func TestTmpfsResize(t *testing.T) {
 	}
 	if _, err := ts.Size("/proc"); err == nil {
 		t.Error("/proc measured as a tmpfs")
+	}
+}
+
+// A tmpfs mounted without a size limit (size=0: statfs reports 0 blocks)
+// measures as unlimited, not 0, so the pod's /dev/shm is not "grown" to a
+// limit.
+func TestTmpfsUnlimited(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: mounts tmpfs")
+	}
+	root := t.TempDir()
+	shm := filepath.Join(root, sandboxID, "shm")
+	if err := os.MkdirAll(shm, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("shm", shm, "tmpfs", 0, "size=0"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Unmount(shm, unix.MNT_DETACH) })
+	if n, err := (Tmpfs{}).Size(shm); err != nil || n != Unlimited {
+		t.Fatalf("Size = %d, %v; want Unlimited", n, err)
+	}
+	a, _, s := world()
+	a.Shm, a.Policy.SandboxRoots = Tmpfs{}, []string{root}
+	adj, d := a.Adjust(pod(nil, 0), container(shm, 0))
+	if adj == nil || !strings.Contains(d.Shm, "unlimited already") {
+		t.Fatalf("decision %q, want /dev/shm left unlimited", d.Shm)
+	}
+	if n, _ := (Tmpfs{}).Size(shm); n != Unlimited || len(s.resized) > 0 {
+		t.Fatalf("the unlimited tmpfs was resized to %d", n)
 	}
 }

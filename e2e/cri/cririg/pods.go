@@ -22,6 +22,11 @@ type PodSpec struct {
 	// Handler is the runtime handler (a RuntimeClass's handler): one of
 	// Handlers(), or "" for the default runtime and network.
 	Handler string
+	// Annotations are the pod's, which kubelet passes on to the sandbox.
+	Annotations map[string]string
+	// MemLimit is the pod's memory limit in bytes, the sum of its
+	// containers' that kubelet puts in the sandbox config; 0 for none.
+	MemLimit int64
 }
 
 // Pod is a sandbox containerd created.
@@ -49,8 +54,16 @@ func SandboxConfig(spec PodSpec) *runtimeapi.PodSandboxConfig {
 		Hostname:     spec.Name,
 		LogDirectory: filepath.Join(Dir, "pods", spec.Namespace+"_"+spec.Name+"_"+spec.UID),
 		Labels:       map[string]string{"app": spec.Name},
-		Linux:        &runtimeapi.LinuxPodSandboxConfig{},
+		Annotations:  spec.Annotations,
+		Linux:        &runtimeapi.LinuxPodSandboxConfig{Resources: podResources(spec.MemLimit)},
 	}
+}
+
+func podResources(memLimit int64) *runtimeapi.LinuxContainerResources {
+	if memLimit == 0 {
+		return nil
+	}
+	return &runtimeapi.LinuxContainerResources{MemoryLimitInBytes: memLimit}
 }
 
 // RunPod is RunPodSandbox: containerd creates the netns, runs the CNI ADDs
@@ -151,9 +164,15 @@ type ContainerSpec struct {
 	// /dev/infiniband/uverbsN and /dev/infiniband/rdma_cm).
 	Devices []string
 	// AddCaps are capabilities added to the runtime's default set, such as
-	// IPC_LOCK (verbs pins memory).
-	AddCaps []string
-	Env     map[string]string
+	// IPC_LOCK (verbs pins memory); DropCaps are taken from it ("ALL":
+	// every one).
+	AddCaps, DropCaps []string
+	Env               map[string]string
+	// RunAsUser is the uid the container runs as; nil: the image's.
+	RunAsUser *int64
+	// NoNewPrivs and ReadonlyRootfs are the security context's
+	// allowPrivilegeEscalation: false and readOnlyRootFilesystem: true.
+	NoNewPrivs, ReadonlyRootfs bool
 }
 
 // Container is a started container.
@@ -177,9 +196,14 @@ func (c *Containerd) RunContainer(ctx context.Context, pod *Pod, spec ContainerS
 		LogPath:  spec.Name + ".log",
 		Linux: &runtimeapi.LinuxContainerConfig{
 			SecurityContext: &runtimeapi.LinuxContainerSecurityContext{
-				Capabilities: &runtimeapi.Capability{AddCapabilities: spec.AddCaps},
+				Capabilities:   &runtimeapi.Capability{AddCapabilities: spec.AddCaps, DropCapabilities: spec.DropCaps},
+				NoNewPrivs:     spec.NoNewPrivs,
+				ReadonlyRootfs: spec.ReadonlyRootfs,
 			},
 		},
+	}
+	if spec.RunAsUser != nil {
+		cfg.Linux.SecurityContext.RunAsUser = &runtimeapi.Int64Value{Value: *spec.RunAsUser}
 	}
 	for k, v := range spec.Env {
 		cfg.Envs = append(cfg.Envs, &runtimeapi.KeyValue{Key: k, Value: []byte(v)})

@@ -34,7 +34,7 @@ func TestBenchCreateContainer(t *testing.T) {
 	if !*bench {
 		t.Skip("a benchmark: make bench-nri (-nri.bench)")
 	}
-	pod := runPod(t, "nri-bench", "rdma-eth1", podOpts{})
+	pod := runPod(t, cririg.PodSpec{Name: "nri-bench", Handler: "rdma-eth1"})
 	var with, without []time.Duration
 	logStart := nririg.LogLines()
 	for b := 0; b < 2**benchBlocks; b++ {
@@ -76,9 +76,9 @@ func TestBenchCreateContainer(t *testing.T) {
 // got (or not) its devices, and removes it.
 func createStart(t *testing.T, pod *cririg.Pod, name string, adjusted bool) time.Duration {
 	t.Helper()
-	cfg := containerConfig(name)
+	spec := unprivileged(name)
 	start := time.Now()
-	c := runContainer(t, pod, cfg)
+	c := runContainer(t, pod, spec)
 	d := time.Since(start)
 	w := inspect(t, c)
 	if (len(w.Nodes) > 0) != adjusted {

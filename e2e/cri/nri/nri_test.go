@@ -36,15 +36,26 @@ const (
 	plainHandler = "plain"
 	plainConfDir = cririg.Dir + "/plain.d"
 	plainNetdev  = "nriplain0"
+	// sharedHandler runs pods, in the shared-mode VM, on a NIC of their
+	// own whose chain has rdma-netns with allowSharedMode: ADD succeeds
+	// and the pod's netns sees every RDMA device of the node.
+	sharedHandler = "shared-ok"
+	sharedConfDir = cririg.Dir + "/shared-ok.d"
 )
 
 // plainRuntime adds the plain handler to containerd's config.
-var plainRuntime = fmt.Sprintf(`[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.%[1]s]
+var plainRuntime = runtimeConf(plainHandler, plainConfDir)
+
+// runtimeConf is containerd's config of a runtime handler whose pods get
+// the network of the conflist in confDir.
+func runtimeConf(handler, confDir string) string {
+	return fmt.Sprintf(`[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.%[1]s]
   runtime_type = 'io.containerd.runc.v2'
   cni_conf_dir = %[2]q
   cni_max_conf_num = 1
 [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.%[1]s.options]
-  NoPivotRoot = true`, plainHandler, plainConfDir)
+  NoPivotRoot = true`, handler, confDir)
+}
 
 var (
 	ctd    *cririg.Containerd
@@ -56,10 +67,6 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
-	if cririg.NetnsMode() != "exclusive" {
-		fmt.Println("nri: the exclusive-mode VM's tests; skipped")
-		return 0
-	}
 	if err := cririg.Setup(); err != nil {
 		fmt.Fprintln(os.Stderr, "cri setup:", err)
 		return 1
@@ -77,8 +84,16 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	extra := plainRuntime
+	if cririg.NetnsMode() == "shared" {
+		if err := writeSharedNetwork(); err != nil {
+			fmt.Fprintln(os.Stderr, "shared-mode network:", err)
+			return 1
+		}
+		extra += "\n" + runtimeConf(sharedHandler, sharedConfDir)
+	}
 	var err error
-	if ctd, err = cririg.Start(cririg.Options{Extra: plainRuntime}); err != nil {
+	if ctd, err = cririg.Start(cririg.Options{Extra: extra}); err != nil {
 		fmt.Fprintln(os.Stderr, "containerd:", err)
 		return 1
 	}
@@ -110,19 +125,44 @@ func run(m *testing.M) int {
 	return rc
 }
 
+// writeSharedNetwork writes the shared-ok handler's network: the VM's
+// last NIC (no other handler's) with host-device, then rdma-netns with
+// allowSharedMode.
+func writeSharedNetwork() error {
+	nics, err := rig.Layout()
+	if err != nil {
+		return err
+	}
+	if len(nics) < 4 {
+		return fmt.Errorf("want a fourth NIC (vm-run.sh --nics 4), the VM has %d", len(nics))
+	}
+	if err := os.MkdirAll(sharedConfDir, 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(sharedConfDir, "shared-ok.conflist"), []byte(`{"cniVersion": "1.1.0", "name": "shared-ok", "plugins": [
+  {"type": "host-device", "device": "`+nics[len(nics)-1].Netdev+`", "ipam": {"type": "static", "addresses": [{"address": "10.100.251.2/24"}]}},
+  {"type": "rdma-netns", "allowSharedMode": true}]}`), 0o644)
+}
+
+// exclusiveOnly skips a test of the exclusive-mode VM elsewhere.
+func exclusiveOnly(t *testing.T) {
+	if cririg.NetnsMode() != "exclusive" {
+		t.Skip("the exclusive-mode VM's test")
+	}
+}
+
 func ctx(t *testing.T) context.Context {
 	c, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
 	return c
 }
 
-type podOpts = nririg.PodOpts
-
-// runPod is RunPodSandbox with annotations and the pod's resources; it
-// stops and removes the pod when the test ends.
-func runPod(t *testing.T, name, handler string, o podOpts) *cririg.Pod {
+// runPod runs the pod of spec (in namespace nri-test); it stops and
+// removes the pod when the test ends.
+func runPod(t *testing.T, spec cririg.PodSpec) *cririg.Pod {
 	t.Helper()
-	p, err := nririg.RunPod(ctx(t), ctd, cririg.PodSpec{Name: name, Namespace: "nri-test", Handler: handler}, o)
+	spec.Namespace = "nri-test"
+	p, err := ctd.RunPod(ctx(t), spec)
 	if p != nil {
 		t.Cleanup(func() {
 			ctd.StopPod(context.Background(), p.ID)
@@ -135,13 +175,14 @@ func runPod(t *testing.T, name, handler string, o podOpts) *cririg.Pod {
 	return p
 }
 
-func containerConfig(name string, devices ...string) *runtimeapi.ContainerConfig {
+// unprivileged is a container as a plain pod spec makes it.
+func unprivileged(name string, devices ...string) cririg.ContainerSpec {
 	return nririg.Unprivileged(name, devices...)
 }
 
-func runContainer(t *testing.T, pod *cririg.Pod, cfg *runtimeapi.ContainerConfig) *cririg.Container {
+func runContainer(t *testing.T, pod *cririg.Pod, spec cririg.ContainerSpec) *cririg.Container {
 	t.Helper()
-	c, err := nririg.RunContainer(ctx(t), ctd, pod, cfg)
+	c, err := ctd.RunContainer(ctx(t), pod, spec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -259,11 +300,12 @@ func doctor(t *testing.T, c *cririg.Container) (findings []struct{ Severity, Che
 // which failed with "Couldn't register MR" without memlock). A container
 // handed every uverbs node by hand still opens only its pod's.
 func TestUnprivilegedPods(t *testing.T) {
-	a := runPod(t, "nri-a", "rdma-eth1", podOpts{})
-	b := runPod(t, "nri-b", "rdma-eth2", podOpts{})
-	aw := runContainer(t, a, containerConfig("worker"))
-	as := runContainer(t, a, containerConfig("sidecar"))
-	bw := runContainer(t, b, containerConfig("worker"))
+	exclusiveOnly(t)
+	a := runPod(t, cririg.PodSpec{Name: "nri-a", Handler: "rdma-eth1"})
+	b := runPod(t, cririg.PodSpec{Name: "nri-b", Handler: "rdma-eth2"})
+	aw := runContainer(t, a, unprivileged("worker"))
+	as := runContainer(t, a, unprivileged("sidecar"))
+	bw := runContainer(t, b, unprivileged("worker"))
 	var nodes int
 	for _, c := range []*cririg.Container{aw, as, bw} {
 		w := wantAdjusted(t, c, 1<<20)
@@ -301,7 +343,7 @@ func TestUnprivilegedPods(t *testing.T) {
 	// Isolation: exclusive mode, not the device cgroup, keeps pods apart.
 	// A container handed every uverbs node of the node by hand opens only
 	// its own pod's.
-	greedy := runContainer(t, a, containerConfig("greedy", all...))
+	greedy := runContainer(t, a, unprivileged("greedy", all...))
 	out := sh(t, greedy, `for f in /dev/infiniband/uverbs*; do if (exec 3<>"$f") 2>/dev/null; then echo "$f"; fi; done`)
 	own := nodesOf(t, a)
 	if len(strings.Fields(out)) != 1 || filepath.Base(out) != own[len(own)-1] {
@@ -314,15 +356,13 @@ func TestUnprivilegedPods(t *testing.T) {
 // and the doctor says what the opted-out one lacks; the pod annotation
 // sizes /dev/shm, capped at the pod's memory limit, or keeps 64 MiB.
 func TestPolicy(t *testing.T) {
+	exclusiveOnly(t)
 	// The four pods start together (each on its own network).
-	specs := []struct {
-		name, handler string
-		o             podOpts
-	}{
-		{"nri-plain", plainHandler, podOpts{}},
-		{"nri-skip", "rdma-eth1", podOpts{Annotations: map[string]string{"rdma-netns.io/nri": "skip"}}},
-		{"nri-capped", "rdma-eth2", podOpts{Annotations: map[string]string{"rdma-netns.io/shm-size": "512Mi"}, MemLimit: 256 << 20}},
-		{"nri-kept", "", podOpts{Annotations: map[string]string{"rdma-netns.io/shm-size": "keep"}}},
+	specs := []cririg.PodSpec{
+		{Name: "nri-plain", Handler: plainHandler},
+		{Name: "nri-skip", Handler: "rdma-eth1", Annotations: map[string]string{"rdma-netns.io/nri": "skip"}},
+		{Name: "nri-capped", Handler: "rdma-eth2", Annotations: map[string]string{"rdma-netns.io/shm-size": "512Mi"}, MemLimit: 256 << 20},
+		{Name: "nri-kept", Annotations: map[string]string{"rdma-netns.io/shm-size": "keep"}},
 	}
 	ctrs := make([]*cririg.Container, len(specs))
 	errs := make([]error, len(specs))
@@ -332,7 +372,8 @@ func TestPolicy(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			var p *cririg.Pod
-			p, errs[i] = nririg.RunPod(context.Background(), ctd, cririg.PodSpec{Name: sp.name, Namespace: "nri-test", Handler: sp.handler}, sp.o)
+			sp.Namespace = "nri-test"
+			p, errs[i] = ctd.RunPod(context.Background(), sp)
 			if p == nil {
 				return
 			}
@@ -341,7 +382,7 @@ func TestPolicy(t *testing.T) {
 				ctd.RemovePod(context.Background(), p.ID)
 			})
 			if errs[i] == nil {
-				ctrs[i], errs[i] = nririg.RunContainer(context.Background(), ctd, p, containerConfig("worker"))
+				ctrs[i], errs[i] = ctd.RunContainer(context.Background(), p, unprivileged("worker"))
 			}
 		}()
 	}
@@ -378,13 +419,14 @@ func TestPolicy(t *testing.T) {
 // the next ones. containerd killed and restarted: the plugin connects to
 // the new one by itself.
 func TestRestarts(t *testing.T) {
-	pod := runPod(t, "nri-restart", "rdma-eth1", podOpts{})
-	first := runContainer(t, pod, containerConfig("first"))
+	exclusiveOnly(t)
+	pod := runPod(t, cririg.PodSpec{Name: "nri-restart", Handler: "rdma-eth1"})
+	first := runContainer(t, pod, unprivileged("first"))
 	wantAdjusted(t, first, 1<<20)
 
 	plugin.Kill()
 	wantAdjusted(t, first, 1<<20)
-	bare := runContainer(t, pod, containerConfig("while-down"))
+	bare := runContainer(t, pod, unprivileged("while-down"))
 	w := inspect(t, bare)
 	if len(w.Nodes) != 0 || w.Memlock == "unlimited" {
 		t.Fatalf("a container created without the plugin got %v, memlock %s", w.Nodes, w.Memlock)
@@ -401,7 +443,7 @@ func TestRestarts(t *testing.T) {
 	if l := nririg.LogSince(before); !strings.Contains(l, "nri-test/nri-restart/first") || !strings.Contains(l, "nri-test/nri-restart/while-down") {
 		t.Fatalf("the restarted plugin did not report the running containers:\n%s", l)
 	}
-	wantAdjusted(t, runContainer(t, pod, containerConfig("after-plugin-restart")), 1<<20)
+	wantAdjusted(t, runContainer(t, pod, unprivileged("after-plugin-restart")), 1<<20)
 
 	before = nririg.LogLines()
 	if ctd, err = ctd.Restart(); err != nil {
@@ -412,7 +454,71 @@ func TestRestarts(t *testing.T) {
 	}
 	t.Logf("after containerd's restart the plugin reconnected:\n%s", nririg.LogSince(before))
 	wantAdjusted(t, first, 1<<20)
-	wantAdjusted(t, runContainer(t, pod, containerConfig("after-runtime-restart")), 1<<20)
+	wantAdjusted(t, runContainer(t, pod, unprivileged("after-runtime-restart")), 1<<20)
+}
+
+// In shared mode every netns sees every RDMA device, so the plugin gives
+// nothing to anyone: a pod on a plain network and a pod whose chain has
+// rdma-netns with allowSharedMode, both of whose netns see the node's RDMA
+// devices, get no device node, containerd's memlock and containerd's
+// 64 MiB /dev/shm, asked from inside their containers; the plugin said so
+// once when it connected, with the fix (each container's decision, at
+// debug, names shared mode too).
+func TestSharedModeNothingForAnyone(t *testing.T) {
+	if cririg.NetnsMode() != "shared" {
+		t.Skip("the shared-mode VM's test")
+	}
+	plain := runContainer(t, runPod(t, cririg.PodSpec{Name: "nri-shared-plain", Handler: plainHandler}), unprivileged("worker"))
+	rdma := runContainer(t, runPod(t, cririg.PodSpec{Name: "nri-shared-rdma", Handler: sharedHandler}), unprivileged("worker"))
+	memlock := runtimeMemlock(t)
+	for _, c := range []*cririg.Container{plain, rdma} {
+		devs, err := rig.RDMAIn(c.Pod.Netns)
+		if err != nil || len(devs) == 0 {
+			t.Fatalf("the netns of %s sees no RDMA device (%v): shared mode is not what this test runs in", c.Pod.Spec.Name, err)
+		}
+		w := inspect(t, c)
+		t.Logf("%s: netns sees %v; container has /dev/infiniband %v, ulimit -l %s, /dev/shm %d KiB", c.Pod.Spec.Name, devs, w.Nodes, w.Memlock, w.ShmKiB)
+		if len(w.Nodes) != 0 || w.Memlock != memlock || w.ShmKiB != 64<<10 {
+			t.Errorf("container of %s: /dev/infiniband %v, ulimit -l %s, /dev/shm %d KiB; want none, containerd's %s, 64 MiB\nplugin log:\n%s",
+				c.Pod.Spec.Name, w.Nodes, w.Memlock, w.ShmKiB, memlock, nririg.LogSince(0))
+		}
+	}
+	l := nririg.LogSince(0)
+	if strings.Count(l, "ERROR the RDMA subsystem is in shared netns mode") != 1 || !strings.Contains(l, "netns_mode=0") {
+		t.Errorf("the plugin's log does not say shared mode and its fix once, at connection:\n%s", l)
+	}
+	for _, c := range []*cririg.Container{plain, rdma} {
+		if !strings.Contains(l, c.Pod.Spec.Name+"/worker: not adjusted: the RDMA subsystem is in shared netns mode") {
+			t.Errorf("the plugin's log has no decision for %s naming shared mode:\n%s", c.Pod.Spec.Name, l)
+		}
+	}
+}
+
+// runtimeMemlock is the memlock soft limit containerd's containers inherit
+// from it (its own), as `ulimit -l` prints it.
+func runtimeMemlock(t *testing.T) string {
+	t.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/limits", ctd.Pid()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(data), "\n") {
+		rest, ok := strings.CutPrefix(l, "Max locked memory")
+		f := strings.Fields(rest)
+		if !ok || len(f) == 0 {
+			continue
+		}
+		if f[0] == "unlimited" {
+			return f[0]
+		}
+		n, err := strconv.ParseUint(f[0], 10, 64)
+		if err != nil {
+			t.Fatalf("containerd's limits: %q", l)
+		}
+		return strconv.FormatUint(n/1024, 10)
+	}
+	t.Fatalf("no memlock in containerd's limits:\n%s", data)
+	return ""
 }
 
 func pingPong(t *testing.T, srv, cli *cririg.Container, sn, cn cririg.Network, size, iters int) rig.PingPong {

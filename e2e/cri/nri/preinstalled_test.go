@@ -59,10 +59,11 @@ func restartContainerd(t *testing.T, why string) {
 // the container: both set the same devices and rlimit), which its
 // annotation names.
 func TestPreinstalledInstallPath(t *testing.T) {
+	exclusiveOnly(t)
 	nririg.Uninstall()
 	t.Cleanup(nririg.Uninstall)
-	pod := runPod(t, "nri-install", "rdma-eth1", podOpts{})
-	first := runContainer(t, pod, containerConfig("before-install"))
+	pod := runPod(t, cririg.PodSpec{Name: "nri-install", Handler: "rdma-eth1"})
+	first := runContainer(t, pod, unprivileged("before-install"))
 	wantAdjusted(t, first, 1<<20)
 	wantBy(t, first, nririg.ByDaemonSet)
 
@@ -76,7 +77,7 @@ func TestPreinstalledInstallPath(t *testing.T) {
 	if pids := nririg.LaunchedPids(); len(pids) != 0 {
 		t.Fatalf("containerd launched the plugin without a restart: %v", pids)
 	}
-	c := runContainer(t, pod, containerConfig("installed"))
+	c := runContainer(t, pod, unprivileged("installed"))
 	wantAdjusted(t, c, 1<<20)
 	wantBy(t, c, nririg.ByDaemonSet)
 
@@ -92,7 +93,7 @@ func TestPreinstalledInstallPath(t *testing.T) {
 	if len(pids) != 1 {
 		t.Fatalf("%d launched copies running, want 1", len(pids))
 	}
-	c = runContainer(t, pod, containerConfig("after-restart"))
+	c = runContainer(t, pod, unprivileged("after-restart"))
 	wantAdjusted(t, c, 1<<20)
 	wantBy(t, c, nririg.ByLaunched)
 	for _, old := range []*cririg.Container{first} {
@@ -115,7 +116,7 @@ func TestPreinstalledInstallPath(t *testing.T) {
 		t.Fatalf("%v:\n%s", err, nririg.LogSince(before))
 	}
 	t.Logf("the launched copy killed: the DaemonSet's instance served %s later", time.Since(start).Round(time.Millisecond))
-	c = runContainer(t, pod, containerConfig("after-launched-died"))
+	c = runContainer(t, pod, unprivileged("after-launched-died"))
 	wantAdjusted(t, c, 1<<20)
 	wantBy(t, c, nririg.ByDaemonSet)
 
@@ -134,6 +135,7 @@ func TestPreinstalledInstallPath(t *testing.T) {
 // instance, started later, stands by. A container created while neither
 // serves starts without, and `rdma-netns doctor` lists it.
 func TestPreinstalledAfterReboot(t *testing.T) {
+	exclusiveOnly(t)
 	t.Cleanup(nririg.Uninstall)
 	if _, err := nririg.Install(); err != nil {
 		t.Fatal(err)
@@ -156,7 +158,7 @@ func TestPreinstalledAfterReboot(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			p, err := nririg.RunPod(context.Background(), ctd, cririg.PodSpec{Name: fmt.Sprintf("nri-reboot-%d", i), Namespace: "nri-test", Handler: h}, podOpts{})
+			p, err := ctd.RunPod(context.Background(), cririg.PodSpec{Name: fmt.Sprintf("nri-reboot-%d", i), Namespace: "nri-test", Handler: h})
 			if p != nil {
 				t.Cleanup(func() {
 					ctd.StopPod(context.Background(), p.ID)
@@ -167,7 +169,7 @@ func TestPreinstalledAfterReboot(t *testing.T) {
 				return
 			}
 			start := time.Now()
-			ctrs[i], errs[i] = nririg.RunContainer(context.Background(), ctd, p, containerConfig("worker"))
+			ctrs[i], errs[i] = ctd.RunContainer(context.Background(), p, unprivileged("worker"))
 			took[i] = time.Since(start)
 		}()
 	}
@@ -188,7 +190,7 @@ func TestPreinstalledAfterReboot(t *testing.T) {
 	if plugin, err = nririg.StartPluginUntil("standing by"); err != nil {
 		t.Fatal(err)
 	}
-	c := runContainer(t, ctrs[0].Pod, containerConfig("sidecar"))
+	c := runContainer(t, ctrs[0].Pod, unprivileged("sidecar"))
 	wantAdjusted(t, c, 1<<20)
 	wantBy(t, c, nririg.ByLaunched)
 
@@ -213,7 +215,7 @@ func TestPreinstalledAfterReboot(t *testing.T) {
 	if plugin, err = nririg.StartPluginUntil("standing by"); err != nil {
 		t.Fatal(err)
 	}
-	bare := runContainer(t, ctrs[1].Pod, containerConfig("while-none-serves"))
+	bare := runContainer(t, ctrs[1].Pod, unprivileged("while-none-serves"))
 	if by, _ := nririg.AdjustedBy(bare); by != "" {
 		t.Fatalf("adjusted by %q while no instance could serve", by)
 	}
@@ -238,7 +240,7 @@ func TestPreinstalledAfterReboot(t *testing.T) {
 	if l := nririg.LogSince(before); !strings.Contains(l, "while-none-serves") || !strings.Contains(l, "runs without /dev/infiniband/") {
 		t.Fatalf("the DaemonSet's instance did not report the bare container at connection:\n%s", l)
 	}
-	wantBy(t, runContainer(t, ctrs[1].Pod, containerConfig("after")), nririg.ByDaemonSet)
+	wantBy(t, runContainer(t, ctrs[1].Pod, unprivileged("after")), nririg.ByDaemonSet)
 }
 
 // doctorNode runs `rdma-netns doctor --json` for the node.
@@ -257,4 +259,23 @@ func doctorNode(t *testing.T) (findings []struct{ Severity, Check, Subject, Reas
 		t.Fatalf("doctor --json: %v\n%s", err, out)
 	}
 	return r.Findings, code
+}
+
+// In shared mode the plugin gives nothing to anyone (TestSharedMode-
+// NothingForAnyone), and the doctor fails the node that runs it.
+func TestSharedModeDoctorFailsThePlugin(t *testing.T) {
+	if cririg.NetnsMode() != "shared" {
+		t.Skip("the shared-mode VM's test")
+	}
+	findings, code := doctorNode(t)
+	for _, f := range findings {
+		if f.Check == "nri" && f.Severity == "fail" && strings.Contains(f.Reason, "shared mode") {
+			t.Logf("doctor: %s", f.Reason)
+			if code != 1 {
+				t.Fatalf("doctor exit %d with a FAIL", code)
+			}
+			return
+		}
+	}
+	t.Fatalf("doctor does not fail the node that runs the plugin in shared mode: %+v", findings)
 }

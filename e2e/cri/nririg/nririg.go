@@ -1,7 +1,7 @@
 // Package nririg runs rdma-netns-nri next to the test VM's containerd
 // (e2e/cri/cririg) and makes the pods and containers its tests, its bench
-// and the demo use: pods with annotations and a memory limit, containers
-// as unprivileged as a plain pod spec makes them. It only works inside the
+// and the demo use: containers as unprivileged as a plain pod spec makes
+// them, and what they have of what verbs needs. It only works inside the
 // test VM, as root.
 package nririg
 
@@ -14,8 +14,6 @@ import (
 	"strings"
 	"syscall"
 	"time"
-
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/rdma-netns/rdma-netns/e2e/cri/cririg"
 )
@@ -104,70 +102,12 @@ func WaitLog(skip int, s string, timeout time.Duration) error {
 	})
 }
 
-// PodOpts are what kubelet would put in the sandbox config besides the
-// rig's defaults.
-type PodOpts struct {
-	Annotations map[string]string
-	// MemLimit is the pod's memory limit (the sum kubelet computes).
-	MemLimit int64
-}
-
-// RunPod is RunPodSandbox with annotations and the pod's resources.
-func RunPod(ctx context.Context, ctd *cririg.Containerd, spec cririg.PodSpec, o PodOpts) (*cririg.Pod, error) {
-	cfg := cririg.SandboxConfig(spec)
-	cfg.Annotations = o.Annotations
-	if o.MemLimit > 0 {
-		cfg.Linux.Resources = &runtimeapi.LinuxContainerResources{MemoryLimitInBytes: o.MemLimit}
-	}
-	if err := os.MkdirAll(cfg.LogDirectory, 0o755); err != nil {
-		return nil, err
-	}
-	resp, err := ctd.Runtime.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: cfg, RuntimeHandler: spec.Handler})
-	if err != nil {
-		return nil, fmt.Errorf("RunPodSandbox %s (handler %q): %v", spec.Name, spec.Handler, err)
-	}
-	p := &cririg.Pod{ID: resp.PodSandboxId, Spec: spec, Config: cfg}
-	if p.Netns, err = ctd.PodNetns(ctx, p.ID); err != nil {
-		return p, err
-	}
-	return p, nil
-}
-
 // Unprivileged is a container as a plain pod spec makes it: no device
 // (unless given here, as by hand), every capability dropped, no volume,
 // not root, read-only root file system.
-func Unprivileged(name string, devices ...string) *runtimeapi.ContainerConfig {
-	cfg := &runtimeapi.ContainerConfig{
-		Metadata: &runtimeapi.ContainerMetadata{Name: name},
-		Image:    &runtimeapi.ImageSpec{Image: cririg.ToolsImage},
-		Command:  []string{"sleep", "86400"},
-		LogPath:  name + ".log",
-		Linux: &runtimeapi.LinuxContainerConfig{
-			SecurityContext: &runtimeapi.LinuxContainerSecurityContext{
-				Capabilities:     &runtimeapi.Capability{DropCapabilities: []string{"ALL"}},
-				RunAsUser:        &runtimeapi.Int64Value{Value: WorkloadUID},
-				NoNewPrivs:       true,
-				ReadonlyRootfs:   true,
-				NamespaceOptions: &runtimeapi.NamespaceOption{},
-			},
-		},
-	}
-	for _, d := range devices {
-		cfg.Devices = append(cfg.Devices, &runtimeapi.Device{ContainerPath: d, HostPath: d, Permissions: "rw"})
-	}
-	return cfg
-}
-
-// RunContainer is CreateContainer then StartContainer.
-func RunContainer(ctx context.Context, ctd *cririg.Containerd, pod *cririg.Pod, cfg *runtimeapi.ContainerConfig) (*cririg.Container, error) {
-	created, err := ctd.Runtime.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: pod.ID, Config: cfg, SandboxConfig: pod.Config})
-	if err != nil {
-		return nil, fmt.Errorf("CreateContainer %s in %s: %v", cfg.Metadata.Name, pod.Spec.Name, err)
-	}
-	if _, err := ctd.Runtime.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: created.ContainerId}); err != nil {
-		return nil, fmt.Errorf("StartContainer %s in %s: %v", cfg.Metadata.Name, pod.Spec.Name, err)
-	}
-	return &cririg.Container{ID: created.ContainerId, Pod: pod}, nil
+func Unprivileged(name string, devices ...string) cririg.ContainerSpec {
+	uid := int64(WorkloadUID)
+	return cririg.ContainerSpec{Name: name, Devices: devices, DropCaps: []string{"ALL"}, RunAsUser: &uid, NoNewPrivs: true, ReadonlyRootfs: true}
 }
 
 // What is what a container has of the three things verbs needs.

@@ -76,11 +76,11 @@ func run() error {
 			return err
 		}
 		before := nririg.LogLines()
-		cp, err := nririg.RunPod(ctx, ctd, cririg.PodSpec{Name: p.name, Namespace: "demo", Handler: p.handler}, nririg.PodOpts{})
+		cp, err := ctd.RunPod(ctx, cririg.PodSpec{Name: p.name, Namespace: "demo", Handler: p.handler})
 		if err != nil {
 			return err
 		}
-		c, err := nririg.RunContainer(ctx, ctd, cp, nririg.Unprivileged("nccl"))
+		c, err := ctd.RunContainer(ctx, cp, nririg.Unprivileged("nccl"))
 		if err != nil {
 			return err
 		}
