@@ -120,7 +120,31 @@ func TestPreinstalledInstallPath(t *testing.T) {
 	wantAdjusted(t, c, 1<<20)
 	wantBy(t, c, nririg.ByDaemonSet)
 
+	// A pre-installed copy that cannot serve: the lock is held (by the
+	// test, standing in for an instance that hangs) when containerd
+	// starts. containerd waits for the copy, which gives up after its
+	// wait for the lock, logs the failure and serves CRI without it.
+	plugin.Stop()
+	lock := holdLock(t)
+	restartContainerd(t, "restart with the pre-installed copy unable to serve")
+	if _, lines, _ := nririg.PluginStartup(ctd); !strings.Contains(strings.Join(lines, "\n"), "failed to start pre-installed NRI plugin") {
+		t.Fatalf("containerd did not report the copy's failure:\n%s", strings.Join(lines, "\n"))
+	}
+	if pids := nririg.LaunchedPids(); len(pids) != 0 {
+		t.Fatalf("the copy that could not take the lock still runs: %v", pids)
+	}
+	if plugin, err = nririg.StartPluginUntil("standing by"); err != nil {
+		t.Fatal(err)
+	}
+	before = nririg.LogLines()
+	lock.Close()
+	if err := nririg.WaitLog(before, "at connection", 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	wantBy(t, runContainer(t, pod, unprivileged("lock-freed")), nririg.ByDaemonSet)
+
 	// Leave containerd without the launched copy for the next test.
+	before = nririg.LogLines()
 	nririg.Uninstall()
 	restartContainerd(t, "restart without the plugin pre-installed")
 	if err := nririg.WaitLog(before, "at connection", 30*time.Second); err != nil {
@@ -201,17 +225,9 @@ func TestPreinstalledAfterReboot(t *testing.T) {
 	// the lock first.)
 	plugin.Stop()
 	pids := nririg.LaunchedPids()
-	lock, err := os.OpenFile("/var/run/nri/rdma-netns-nri.lock", os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lock.Close()
 	syscall.Kill(pids[0], syscall.SIGKILL)
-	if err := cririg.Wait(10*time.Second, "the launched copy lets go of its lock", func() (bool, error) {
-		return syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) == nil, nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	lock := holdLock(t)
+	defer lock.Close()
 	if plugin, err = nririg.StartPluginUntil("standing by"); err != nil {
 		t.Fatal(err)
 	}
@@ -233,7 +249,7 @@ func TestPreinstalledAfterReboot(t *testing.T) {
 
 	// The lock freed, the DaemonSet's instance serves.
 	before := nririg.LogLines()
-	syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
+	lock.Close()
 	if err := nririg.WaitLog(before, "at connection", 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -241,6 +257,23 @@ func TestPreinstalledAfterReboot(t *testing.T) {
 		t.Fatalf("the DaemonSet's instance did not report the bare container at connection:\n%s", l)
 	}
 	wantBy(t, runContainer(t, ctrs[1].Pod, unprivileged("after")), nririg.ByDaemonSet)
+}
+
+// holdLock takes the plugin's lock, as soon as its holder lets go; closing
+// the file releases it.
+func holdLock(t *testing.T) *os.File {
+	t.Helper()
+	lock, err := os.OpenFile("/var/run/nri/rdma-netns-nri.lock", os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cririg.Wait(10*time.Second, "the plugin lets go of its lock", func() (bool, error) {
+		return syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) == nil, nil
+	}); err != nil {
+		lock.Close()
+		t.Fatal(err)
+	}
+	return lock
 }
 
 // doctorNode runs `rdma-netns doctor --json` for the node.
