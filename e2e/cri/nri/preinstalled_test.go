@@ -240,6 +240,7 @@ func TestPreinstalledAfterReboot(t *testing.T) {
 	for _, f := range findings {
 		if f.Check == "nri-missed" {
 			missed = append(missed, f.Subject)
+			t.Logf("doctor: %s %s %s: %s", f.Severity, f.Check, f.Subject, f.Reason)
 		}
 	}
 	if len(missed) != 1 || missed[0] != "nri-test/"+ctrs[1].Pod.Spec.Name+"/while-none-serves" {
