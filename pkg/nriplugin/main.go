@@ -167,8 +167,10 @@ func Main(args []string, stderr io.Writer) int {
 	return 0
 }
 
-// kernel and shm are what the plugin asks and resizes; the unit tests of
-// a runtime-launched plugin, a process of its own, swap in fakes.
+// What the plugin asks (the kernel; whether a netns path opens, and is
+// the host's) and resizes (the pods' tmpfs): the unit test of a
+// runtime-launched plugin, a process of its own that the test cannot
+// hand an Adjuster, swaps in fakes.
 var (
 	kernel       podadjust.Kernel = rdmans.Netlink{}
 	shm          podadjust.Shm    = podadjust.Tmpfs{}
