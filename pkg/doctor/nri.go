@@ -86,7 +86,7 @@ func nriFindings(r *Report, e *Env, mode string) *NRIView {
 	}
 	where := strings.Join(append(append([]string{}, v.Preinstalled...), v.Running...), ", ")
 	if mode != rdmans.ModeExclusive {
-		r.add(Fail, "nri", "node", fmt.Sprintf("rdma-netns-nri is on this node (%s) but the RDMA subsystem is in %s mode: every network namespace sees every RDMA device, "+
+		r.add(Fail, "nri-plugin", "node", fmt.Sprintf("rdma-netns-nri is on this node (%s) but the RDMA subsystem is in %s mode: every network namespace sees every RDMA device, "+
 			"so no pod can be shown to own one and the plugin gives no container device nodes, memlock or /dev/shm", where, mode),
 			"set exclusive mode at boot (options ib_core netns_mode=0, reboot) for the plugin to serve RDMA pods, or remove it from this node (the DaemonSet's nri container and /opt/nri/plugins/NN-rdma-netns-nri)")
 		return v
@@ -107,7 +107,7 @@ func nriFindings(r *Report, e *Env, mode string) *NRIView {
 	if v.Serving != "" {
 		serving = "serving: " + v.Serving
 	}
-	r.add(OK, "nri", "node", fmt.Sprintf("rdma-netns-nri on this node (%s; %s); %d of %d containers of pods holding RDMA devices adjusted by it", where, serving, adjusted, len(v.Containers)), "")
+	r.add(OK, "nri-plugin", "node", fmt.Sprintf("rdma-netns-nri on this node (%s; %s); %d of %d containers of pods holding RDMA devices adjusted by it", where, serving, adjusted, len(v.Containers)), "")
 	return v
 }
 
@@ -239,7 +239,7 @@ func nriPidFindings(r *Report, e *Env, pid int) {
 	}
 	subj := fmt.Sprintf("pid %d (container %s)", pid, shortID(id))
 	if by := spec.Annotations[NRIAdjustedBy]; by != "" {
-		r.add(OK, "nri", subj, "adjusted at its creation by rdma-netns-nri "+by, "")
+		r.add(OK, "nri-adjusted", subj, "adjusted at its creation by rdma-netns-nri "+by, "")
 	}
 	if w := spec.Annotations[NRIWarnings]; w != "" {
 		r.add(Warn, "nri-warnings", subj, "rdma-netns-nri could not give the container everything: "+w,

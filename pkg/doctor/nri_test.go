@@ -59,7 +59,7 @@ func TestNRIMissedContainers(t *testing.T) {
 		!strings.Contains(missed[0].Reason, "runs without /dev/infiniband/uverbs1 /dev/infiniband/rdma_cm") {
 		t.Fatalf("nri-missed findings %+v", missed)
 	}
-	ok := findingsOf(r, "nri")
+	ok := findingsOf(r, "nri-plugin")
 	if len(ok) != 1 || ok[0].Severity != OK || !strings.Contains(ok[0].Reason, "serving: 10-rdma-netns-nri, pid 77") || !strings.Contains(ok[0].Reason, "1 of 3 containers") {
 		t.Fatalf("nri findings %+v", ok)
 	}
@@ -69,7 +69,7 @@ func TestNRIMissedContainers(t *testing.T) {
 
 	f.kernel.mode = rdmans.ModeShared
 	r = Node(f.env)
-	fails := findingsOf(r, "nri")
+	fails := findingsOf(r, "nri-plugin")
 	if len(fails) != 1 || fails[0].Severity != Fail || !strings.Contains(fails[0].Reason, "shared mode") || r.ExitCode != 1 {
 		t.Fatalf("shared mode with the plugin: %+v", fails)
 	}
@@ -77,7 +77,7 @@ func TestNRIMissedContainers(t *testing.T) {
 	// Without the plugin on the node, nothing is said about it.
 	os.Remove(filepath.Join(f.env.NRIPluginDir, "10-rdma-netns-nri"))
 	f.kernel.mode = rdmans.ModeExclusive
-	if r := Node(f.env); len(findingsOf(r, "nri"))+len(findingsOf(r, "nri-missed")) != 0 {
+	if r := Node(f.env); len(findingsOf(r, "nri-plugin"))+len(findingsOf(r, "nri-missed")) != 0 {
 		t.Fatalf("findings without the plugin: %+v", r.Findings)
 	}
 }
@@ -100,5 +100,8 @@ func TestNRIPidWarnings(t *testing.T) {
 	w := findingsOf(r, "nri-warnings")
 	if len(w) != 1 || !strings.Contains(w[0].Reason, `"1GB" is not a quantity`) {
 		t.Fatalf("nri-warnings %+v", w)
+	}
+	if a := findingsOf(r, "nri-adjusted"); len(a) != 1 || !strings.Contains(a[0].Reason, "10-rdma-netns-nri, pid 7") {
+		t.Fatalf("nri-adjusted %+v", a)
 	}
 }

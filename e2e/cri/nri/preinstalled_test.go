@@ -303,7 +303,7 @@ func TestSharedModeDoctorFailsThePlugin(t *testing.T) {
 	}
 	findings, code := doctorNode(t)
 	for _, f := range findings {
-		if f.Check == "nri" && f.Severity == "fail" && strings.Contains(f.Reason, "shared mode") {
+		if f.Check == "nri-plugin" && f.Severity == "fail" && strings.Contains(f.Reason, "shared mode") {
 			t.Logf("doctor: %s", f.Reason)
 			if code != 1 {
 				t.Fatalf("doctor exit %d with a FAIL", code)
