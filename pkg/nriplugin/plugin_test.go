@@ -221,8 +221,8 @@ func TestMainFlags(t *testing.T) {
 	for _, args := range [][]string{{"--memlock", "lots"}, {"--shm-size", "0"}, {"--shm-size", "2GB"}, {"--index", "5"}, {"--socket", "nri.sock"}, {"stray"},
 		{"--log-level", "verbose"}, {"--sandbox-root", "/run/containerd/io.containerd.grpc.v1.cri/sandboxes,relative"}} {
 		var stderr bytes.Buffer
-		if code := Main(args, &stderr); code != 2 {
-			t.Errorf("%v: exit %d, want 2 (usage error); stderr:\n%s", args, code, stderr.String())
+		if code := Main(args, &stderr); code != 2 || !strings.Contains(stderr.String(), args[0]) {
+			t.Errorf("%v: exit %d, want 2 (usage error) naming %s; stderr:\n%s", args, code, args[0], stderr.String())
 		}
 	}
 	o := Options{Socket: "/run/nri.sock", Memlock: "1.5Gi", ShmSize: "2G", SandboxRoots: "/run/k3s/containerd/io.containerd.grpc.v1.cri/sandboxes/", Index: "50", LogLevel: "debug"}

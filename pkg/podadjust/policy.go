@@ -95,7 +95,7 @@ func ParseMemlock(s string) (Memlock, error) {
 	}
 	n, err := ParseSize(s)
 	if err != nil {
-		return Memlock{}, fmt.Errorf("memlock %q: want unlimited, keep or a size such as 64Mi: %v", s, err)
+		return Memlock{}, fmt.Errorf("memlock %q: want unlimited, keep or a size: %v", s, err)
 	}
 	return Memlock{Bytes: n}, nil
 }
@@ -107,7 +107,7 @@ func ParseShmSize(s string) (uint64, error) {
 	}
 	n, err := ParseSize(s)
 	if err != nil {
-		return 0, fmt.Errorf("/dev/shm size %q: want keep or a size such as 16Gi: %v", s, err)
+		return 0, fmt.Errorf("/dev/shm size %q: want keep or a size: %v", s, err)
 	}
 	if n == 0 {
 		return 0, fmt.Errorf("/dev/shm size %q: a tmpfs of size 0 is unlimited; say keep to leave the runtime's", s)
@@ -128,7 +128,7 @@ func ParseSize(s string) (uint64, error) {
 	q, err := resource.ParseQuantity(strings.TrimSpace(s))
 	switch {
 	case err != nil:
-		return 0, fmt.Errorf("not a Kubernetes quantity (such as 16Gi, 1.5Gi, 2G, 1e9)")
+		return 0, fmt.Errorf("not a Kubernetes quantity such as 16Gi, 1.5Gi, 2G, 1e9")
 	case q.Sign() < 0:
 		return 0, fmt.Errorf("negative")
 	case q.Cmp(*maxSize) >= 0:
