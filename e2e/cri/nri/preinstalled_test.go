@@ -313,3 +313,21 @@ func TestSharedModeDoctorFailsThePlugin(t *testing.T) {
 	}
 	t.Fatalf("doctor does not fail the node that runs the plugin in shared mode: %+v", findings)
 }
+
+// A pod whose rdma-netns.io/shm-size is not a Kubernetes quantity: its
+// container gets the node's default /dev/shm, and `rdma-netns doctor
+// --pid` says why, from what the plugin wrote on the container.
+func TestBadShmSizeInDoctor(t *testing.T) {
+	exclusiveOnly(t)
+	pod := runPod(t, cririg.PodSpec{Name: "nri-bad-size", Handler: "rdma-eth2", Annotations: map[string]string{"rdma-netns.io/shm-size": "2 gigs"}})
+	c := runContainer(t, pod, unprivileged("worker"))
+	wantAdjusted(t, c, 1<<20)
+	findings, _ := doctor(t, c)
+	for _, f := range findings {
+		if f.Check == "nri-warnings" && strings.Contains(f.Reason, "rdma-netns.io/shm-size") && strings.Contains(f.Reason, "2 gigs") {
+			t.Logf("doctor --pid: %s %s: %s", f.Severity, f.Check, f.Reason)
+			return
+		}
+	}
+	t.Fatalf("doctor --pid does not say why the pod's shm-size was ignored: %+v", findings)
+}
