@@ -1,8 +1,10 @@
 // Package nririg runs rdma-netns-nri next to the test VM's containerd
-// (e2e/cri/cririg) and makes the pods and containers its tests, its bench
-// and the demo use: containers as unprivileged as a plain pod spec makes
-// them, and what they have of what verbs needs. It only works inside the
-// test VM, as root.
+// (e2e/cri/cririg), as the DaemonSet's container does, or installs it
+// where containerd launches it itself (preinstalled.go), and makes the
+// pods and containers its tests, its bench and the demo use: containers
+// as unprivileged as a plain pod spec makes them, and what they have of
+// what verbs needs, and which instance adjusted them. It only works
+// inside the test VM, as root.
 package nririg
 
 import (
