@@ -77,6 +77,11 @@ func checkInstaller(spec corev1.PodSpec, bins []string) error {
 		if err := checkDest(c, o.Dest, volumes); err != nil {
 			return err
 		}
+		if o.NRI.Src != "" {
+			if err := checkInstallNRI(c, o.NRI, bins, volumes); err != nil {
+				return err
+			}
+		}
 		return checkRootNoCaps(c.SecurityContext)
 	}
 	for _, c := range spec.InitContainers {
@@ -107,10 +112,65 @@ func installOptions(args []string) (install.Options, error) {
 	if err := fl.Parse(args); err != nil {
 		return o, fmt.Errorf("rdma-netns install %q: %w", args, err)
 	}
-	if fl.NArg() > 0 {
-		return o, fmt.Errorf("rdma-netns install takes no argument %q", fl.Arg(0))
+	o.NRI.Flags = fl.Args()
+	if fl.NArg() > 0 && o.NRI.Src == "" {
+		return o, fmt.Errorf("rdma-netns install takes no argument %q without --nri", fl.Arg(0))
 	}
 	return o, nil
+}
+
+// checkInstallNRI: --nri is the image's plugin, its directories are
+// writable hostPath mounts, and its flags are the plugin's own (the
+// copy the runtime launches must behave as the container nri does).
+func checkInstallNRI(c corev1.Container, n install.NRI, bins []string, volumes map[string]corev1.Volume) error {
+	if !slices.Contains(bins, strings.TrimPrefix(n.Src, "/")) {
+		return fmt.Errorf("--nri %s is not one of the image's binaries /%s", n.Src, strings.Join(bins, ", /"))
+	}
+	for _, dir := range []string{n.PluginDir, n.ConfDir} {
+		if err := checkHostDir(c, dir, volumes); err != nil {
+			return err
+		}
+	}
+	var o nriplugin.Options
+	fl := nriplugin.FlagSet(&o)
+	fl.SetOutput(io.Discard)
+	if err := fl.Parse(n.Flags); err != nil || fl.NArg() > 0 {
+		return fmt.Errorf("the NRI plugin's flags %q: %v (args %q)", n.Flags, err, fl.Args())
+	}
+	if _, err := o.Policy(); err != nil {
+		return fmt.Errorf("the NRI plugin's flags %q: %w", n.Flags, err)
+	}
+	return nil
+}
+
+// checkHostDir: dir is a writable hostPath mount of the container.
+func checkHostDir(c corev1.Container, dir string, volumes map[string]corev1.Volume) error {
+	for _, m := range c.VolumeMounts {
+		if m.MountPath != dir {
+			continue
+		}
+		if v := volumes[m.Name]; v.HostPath == nil {
+			return fmt.Errorf("%s is volume %q, want a hostPath (the runtime reads the host's)", dir, m.Name)
+		}
+		if m.ReadOnly {
+			return fmt.Errorf("%s is mounted readOnly", dir)
+		}
+		return nil
+	}
+	return fmt.Errorf("%s is not a volumeMount of the container: it would install into the container's own file system", dir)
+}
+
+// nriFlags are the NRI plugin's flags in the init container's install
+// command, nil without --nri.
+func nriFlags(spec corev1.PodSpec) []string {
+	for _, c := range spec.InitContainers {
+		if len(c.Command) > 1 && c.Command[0] == "/rdma-netns" && c.Command[1] == "install" {
+			if o, err := installOptions(c.Command[2:]); err == nil && o.NRI.Src != "" {
+				return o.NRI.Flags
+			}
+		}
+	}
+	return nil
 }
 
 // checkDest: --dest must be where the host's directory is mounted, writable.
@@ -177,7 +237,7 @@ func TestInstallerRejects(t *testing.T) {
 			s.InitContainers[0].Command = []string{"/rdma-netns", "install", "--destination", "/host/opt/cni/bin"}
 		}, "flag provided but not defined: -destination"},
 		{"stray argument", func(s *corev1.PodSpec) {
-			s.InitContainers[0].Command = append(s.InitContainers[0].Command, "/opt/cni/bin")
+			s.InitContainers[0].Command = []string{"/rdma-netns", "install", "--dest", "/host/opt/cni/bin", "/opt/cni/bin"}
 		}, "no argument"},
 		{"shell", func(s *corev1.PodSpec) {
 			s.InitContainers[0].Command = []string{"/bin/sh", "-c", "cp /rdma-netns /host/opt/cni/bin/"}
@@ -190,7 +250,7 @@ func TestInstallerRejects(t *testing.T) {
 			s.Volumes[0].VolumeSource = corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}
 		}, "hostPath of type Directory"},
 		{"init container waits", func(s *corev1.PodSpec) {
-			s.InitContainers[0].Command = append(s.InitContainers[0].Command, "--then-wait")
+			s.InitContainers[0].Command = slices.Insert(s.InitContainers[0].Command, 2, "--then-wait")
 		}, "never starts"},
 		{"main container exits", func(s *corev1.PodSpec) {
 			s.Containers[0].Command = []string{"/rdma-netns", "install", "--dest", "/host/opt/cni/bin"}
@@ -202,6 +262,20 @@ func TestInstallerRejects(t *testing.T) {
 			s.InitContainers[0].SecurityContext.Capabilities.Add = []corev1.Capability{"DAC_OVERRIDE"}
 		}, "drop ALL"},
 		{"no installer", func(s *corev1.PodSpec) { s.InitContainers = nil }, "no init container"},
+		{"NRI flags without --nri", func(s *corev1.PodSpec) {
+			s.InitContainers[0].Command = []string{"/rdma-netns", "install", "--dest", "/host/opt/cni/bin", "--", "--shm-size", "1Gi"}
+		}, "without --nri"},
+		{"NRI plugin not in the image", func(s *corev1.PodSpec) {
+			s.InitContainers[0].Command = []string{"/rdma-netns", "install", "--dest", "/host/opt/cni/bin", "--nri", "/nri-plugin"}
+		}, "not one of the image's binaries"},
+		{"NRI plugin dir not mounted", func(s *corev1.PodSpec) {
+			s.InitContainers[0].Command = []string{"/rdma-netns", "install", "--dest", "/host/opt/cni/bin", "--nri", "/rdma-netns-nri"}
+		}, "/opt/nri/plugins is not a volumeMount"},
+		{"NRI conf dir read-only", func(s *corev1.PodSpec) { s.InitContainers[0].VolumeMounts[2].ReadOnly = true }, "/host/etc/nri/conf.d is mounted readOnly"},
+		{"bad NRI flag", func(s *corev1.PodSpec) {
+			c := &s.InitContainers[0]
+			c.Command = append(c.Command, "--shm", "1Gi")
+		}, "flag provided but not defined: -shm"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			spec := loadDaemonSet(t).Spec.Template.Spec
@@ -248,6 +322,17 @@ func checkNRI(spec corev1.PodSpec) error {
 	}
 	if _, err := o.Policy(); err != nil {
 		return err
+	}
+	if flags := nriFlags(spec); flags != nil {
+		var pre nriplugin.Options
+		pfl := nriplugin.FlagSet(&pre)
+		pfl.SetOutput(io.Discard)
+		if err := pfl.Parse(flags); err != nil {
+			return fmt.Errorf("the init container's NRI flags %q: %w", flags, err)
+		}
+		if pre.Memlock != o.Memlock || pre.ShmSize != o.ShmSize || pre.LogLevel != o.LogLevel {
+			return fmt.Errorf("the pre-installed plugin's flags %q differ from the container's %q: pods would get other limits after a runtime restart", flags, c.Command[1:])
+		}
 	}
 	volumes := map[string]corev1.Volume{}
 	for _, v := range spec.Volumes {
@@ -321,6 +406,9 @@ func TestNRIContainer(t *testing.T) {
 			c.SecurityContext.Capabilities.Add = append(c.SecurityContext.Capabilities.Add, "SYS_PTRACE")
 		}, "only SYS_ADMIN"},
 		{"no nri container", func(c *corev1.Container, _ *corev1.PodSpec) { c.Command = []string{"/rdma-netns-exporter"} }, "no container runs"},
+		{"pre-installed copy sized otherwise", func(c *corev1.Container, _ *corev1.PodSpec) {
+			c.Command = []string{"/rdma-netns-nri", "--socket", "/var/run/nri/nri.sock", "--memlock", "unlimited", "--shm-size", "2Gi"}
+		}, "differ from the container's"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			spec := loadDaemonSet(t).Spec.Template.Spec
@@ -339,5 +427,13 @@ func TestNRIContainer(t *testing.T) {
 				t.Fatalf("error %q does not contain %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// rdma-netns install recognises the line with which the plugin accepts the
+// configuration it installs (the CNI binary does not link the plugin).
+func TestInstallKnowsThePluginsCheck(t *testing.T) {
+	if install.NRIConfigOK != nriplugin.ConfigOK {
+		t.Fatalf("install expects %q, the plugin prints %q", install.NRIConfigOK, nriplugin.ConfigOK)
 	}
 }

@@ -149,6 +149,34 @@ func TestImage(t *testing.T) {
 		t.Fatalf("no %s image to run the install command of", native)
 	}
 	t.Run("install", func(t *testing.T) { checkInstall(t, filepath.Join(roots[native], plugin)) })
+	t.Run("install-nri", func(t *testing.T) { checkInstallNRI(t, roots[native]) })
+}
+
+// checkInstallNRI runs the init container's install of the NRI plugin with
+// the image's two binaries: the installed copy checks its configuration.
+func checkInstallNRI(t *testing.T, root string) {
+	host := t.TempDir()
+	dest, plugins, confd := filepath.Join(host, "opt/cni/bin"), filepath.Join(host, "opt/nri/plugins"), filepath.Join(host, "etc/nri/conf.d")
+	if err := os.MkdirAll(dest, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(filepath.Join(root, plugin), "install", "--dest", dest, "--nri", filepath.Join(root, "rdma-netns-nri"),
+		"--nri-plugin-dir", plugins, "--nri-conf-dir", confd, "--", "--memlock", "unlimited", "--shm-size", "1Gi").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "(memlock unlimited, /dev/shm 1Gi") {
+		t.Fatalf("install --nri: %v\n%s", err, out)
+	}
+	want, _ := os.ReadFile(filepath.Join(root, "rdma-netns-nri"))
+	if got, _ := os.ReadFile(filepath.Join(plugins, "10-rdma-netns-nri")); !bytes.Equal(got, want) {
+		t.Error("the pre-installed plugin differs from the image's rdma-netns-nri")
+	}
+	if conf, err := os.ReadFile(filepath.Join(confd, "10-rdma-netns-nri.conf")); err != nil || !strings.Contains(string(conf), "--shm-size\n1Gi\n") {
+		t.Errorf("configuration: %v\n%s", err, conf)
+	}
+	out, err = exec.Command(filepath.Join(root, plugin), "install", "--dest", dest, "--nri", filepath.Join(root, "rdma-netns-nri"),
+		"--nri-plugin-dir", plugins, "--nri-conf-dir", confd, "--", "--shm-size", "lots").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "the NRI plugin rejects its flags") {
+		t.Errorf("install --nri with a bad size: %v\n%s", err, out)
+	}
 }
 
 // unpack extracts the image's file system as a runtime does and checks

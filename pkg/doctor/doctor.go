@@ -29,7 +29,10 @@ whether it survives a reboot; every RDMA device with its driver, PCI
 function, ports, netdevs, GIDs, /dev/infiniband nodes and the network
 namespace it is in; records of rdma-netns that no longer match the kernel
 (drift, pods whose netns is gone) and devices outside the host that no
-record owns (leaks).
+record owns (leaks). Where rdma-netns-nri is (pre-installed in
+/opt/nri/plugins, or running): a FAIL in shared mode, where it gives
+nothing, and in exclusive mode the running containers of RDMA pods it did
+not adjust (created while it was not serving), from containerd's bundles.
 
 With --netns or --pid: pod checks. The RDMA devices in that network
 namespace with their ports, netdevs and GIDs; for each process in it (or
@@ -37,7 +40,9 @@ just PID): the memlock limit and CAP_IPC_LOCK (RDMA memory registration),
 the size of its /dev/shm (NCCL, PyTorch) and the /dev/infiniband nodes it
 can open against those its pod's devices need (the uverbs node the kernel
 names for each, and rdma_cm): the three rdma-netns-nri gives a container,
-with it or the pod setting as the fix of each.
+with it or the pod setting as the fix of each. With --pid, what
+rdma-netns-nri wrote on the process's container: who adjusted it, and
+what it could not give (a bad rdma-netns.io/shm-size).
 
 Each finding is OK, WARN or FAIL with a reason and a fix. Exit status: 1 if
 anything FAILs, 0 otherwise (warnings alone exit 0), 2 on a usage error.

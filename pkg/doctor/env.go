@@ -46,6 +46,10 @@ type Env struct {
 	// NetnsOf identifies the netns a path opens and fails for anything
 	// that is not one (a netns file left behind after its unmount).
 	NetnsOf func(path string) (inventory.NetnsID, error)
+	// NRIPluginDir is the runtime's NRI plugin directory, NRILock the
+	// NRI plugin's lock file, TaskDir where containerd keeps the bundles
+	// (config.json, init.pid) of the running containers of Kubernetes.
+	NRIPluginDir, NRILock, TaskDir string
 }
 
 // RealEnv is the running node, with sysfs read at sysfsRoot.
@@ -60,6 +64,10 @@ func RealEnv(sysfsRoot, stateDir string) *Env {
 		NetnsDirs: []string{"/run/netns", "/var/run/netns"},
 		StateDir:  stateDir,
 		NetnsOf:   inventory.Identify,
+
+		NRIPluginDir: "/opt/nri/plugins",
+		NRILock:      "/var/run/nri/rdma-netns-nri.lock",
+		TaskDir:      "/run/containerd/io.containerd.runtime.v2.task/k8s.io",
 	}
 }
 

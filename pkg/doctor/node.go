@@ -35,6 +35,8 @@ type NodeView struct {
 	// the state directory's damaged/ folder, or still waiting for the
 	// plugin's next call to move them there.
 	Damaged []string `json:"damaged,omitempty"`
+	// NRI is what the doctor found of rdma-netns-nri.
+	NRI *NRIView `json:"nri,omitempty"`
 }
 
 // RecordView is one attachment record and what became of it.
@@ -156,6 +158,9 @@ func Node(e *Env) *Report {
 		n.StateDirPresent = true
 	}
 	persistFindings(r, n)
+	if modeErr == nil {
+		n.NRI = nriFindings(r, e, mode)
+	}
 	if modeErr != nil {
 		// No netlink: list what sysfs shows, if anything, and stop.
 		if devs, err := readDevices(e.SysfsRoot, e.DevRoot, nil); err == nil {

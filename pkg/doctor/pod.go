@@ -76,6 +76,9 @@ func Pod(e *Env, nsPath string, pid int) *Report {
 		p.Processes = append(p.Processes, e.Proc.Inspect(pid))
 	}
 	processFindings(r, p)
+	if pid != 0 {
+		nriPidFindings(r, e, pid)
+	}
 	r.finish()
 	return r
 }

@@ -25,16 +25,23 @@ import (
 	"strings"
 	"syscall"
 	"time"
-
-	"github.com/rdma-netns/rdma-netns/pkg/cli"
 )
 
 const usage = `Usage: rdma-netns install [--dest DIR] [--name NAME] [--then-wait]
+                          [--nri PATH [--nri-plugin-dir DIR] [--nri-conf-dir DIR] [--nri-index NN] [-- NRI-FLAGS...]]
 
 Copies this binary into the CNI bin directory DIR as NAME, atomically: it
 writes a temporary file in DIR, syncs it, checks that it answers CNI VERSION,
 sets mode 0755 and renames it over DIR/NAME. A plugin run in progress keeps
 the old file. On any failure DIR/NAME is left as it was.
+
+With --nri it also installs the NRI plugin PATH (rdma-netns-nri) where the
+container runtime starts it itself, before it serves containers, each time
+it starts: DIR/NN-rdma-netns-nri in --nri-plugin-dir, with NRI-FLAGS (its
+own flags, e.g. --shm-size 1Gi) as its configuration in --nri-conf-dir.
+Both are written the same way (temporary file, synced, renamed), after the
+copy has checked the configuration; a copy under another index is removed.
+The runtime runs the new copy from its next start on.
 
 With --then-wait it then sleeps until SIGTERM or SIGINT and exits 0: the
 long-running container of a DaemonSet that only installs.
@@ -47,6 +54,9 @@ type Options struct {
 	Dest     string // directory to install into
 	Name     string // file name in Dest
 	ThenWait bool   // sleep until a termination signal after installing
+	// NRI is the NRI plugin to install ("" for none) and where; its
+	// Flags are the arguments after the install flags.
+	NRI NRI
 }
 
 // FlagSet returns the flags of `rdma-netns install` bound to o, with the
@@ -56,6 +66,10 @@ func FlagSet(o *Options) *flag.FlagSet {
 	fl.StringVar(&o.Dest, "dest", "/opt/cni/bin", "CNI bin `DIR` to install into (in a DaemonSet: where the host's directory is mounted)")
 	fl.StringVar(&o.Name, "name", "rdma-netns", "file `NAME` in DIR: the plugin type the network configurations use")
 	fl.BoolVar(&o.ThenWait, "then-wait", false, "after installing, sleep until SIGTERM or SIGINT")
+	fl.StringVar(&o.NRI.Src, "nri", "", "also install the NRI plugin at `PATH` (/rdma-netns-nri in the image) into the runtime's NRI plugin directory")
+	fl.StringVar(&o.NRI.PluginDir, "nri-plugin-dir", "/opt/nri/plugins", "the runtime's NRI plugin `DIR` (containerd: plugin_path; in a DaemonSet: where the host's is mounted)")
+	fl.StringVar(&o.NRI.ConfDir, "nri-conf-dir", "/etc/nri/conf.d", "the runtime's NRI plugin configuration `DIR` (containerd: plugin_config_path)")
+	fl.StringVar(&o.NRI.Index, "nri-index", "10", "the NRI plugin's two-digit index `NN`: its file is NN-rdma-netns-nri")
 	return fl
 }
 
@@ -70,11 +84,15 @@ func Main(args []string, version string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, usage)
 		fl.PrintDefaults()
 	}
-	if code, ok := cli.Parse(fl, args, stderr); !ok {
+	if code, ok := parse(fl, &o, args, stderr); !ok {
 		return code
 	}
 	if o.Name == "" || strings.ContainsRune(o.Name, '/') || o.Name == "." || o.Name == ".." {
 		fmt.Fprintf(stderr, "rdma-netns install: --name %q must be a plain file name\n", o.Name)
+		return 2
+	}
+	if o.NRI.Src != "" && !nriIndex.MatchString(o.NRI.Index) {
+		fmt.Fprintf(stderr, "rdma-netns install: --nri-index %q must be two digits\n", o.NRI.Index)
 		return 2
 	}
 	self, err := os.Executable()
@@ -88,10 +106,38 @@ func Main(args []string, version string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	fmt.Fprintf(stdout, "installed %s (%s, CNI versions %s)\n", filepath.Join(o.Dest, o.Name), version, cniVersions)
+	if o.NRI.Src != "" {
+		settings, err := InstallNRI(o.NRI)
+		if err != nil {
+			fmt.Fprintf(stderr, "rdma-netns install: NRI plugin: %v\n", err)
+			return 1
+		}
+		name := o.NRI.Index + "-" + nriBase
+		fmt.Fprintf(stdout, "installed %s and %s (%s); the runtime runs it from its next start\n",
+			filepath.Join(o.NRI.PluginDir, name), filepath.Join(o.NRI.ConfDir, name+".conf"), settings)
+	}
 	if o.ThenWait {
 		waitForSignal()
 	}
 	return 0
+}
+
+// parse is cli.Parse (pkg/cli), except that the arguments after the
+// flags are the NRI plugin's flags, so they need --nri.
+func parse(fl *flag.FlagSet, o *Options, args []string, stderr io.Writer) (int, bool) {
+	if err := fl.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0, false
+		}
+		return 2, false
+	}
+	o.NRI.Flags = fl.Args()
+	if len(o.NRI.Flags) > 0 && o.NRI.Src == "" {
+		fmt.Fprintf(stderr, "%s: unexpected argument %q (arguments are the NRI plugin's flags, with --nri)\n", fl.Name(), fl.Arg(0))
+		fl.Usage()
+		return 2, false
+	}
+	return 0, true
 }
 
 // waitForSignal returns when the process is asked to stop; the kubelet

@@ -23,6 +23,16 @@ func TestMain(m *testing.M) {
 		io.Copy(io.Discard, os.Stdin)
 		fmt.Print(`{"cniVersion":"1.0.0","supportedVersions":["0.4.0","1.0.0"]}`)
 		os.Exit(0)
+	case len(os.Args) == 3 && os.Args[1] == "--check-config":
+		// Stands in for rdma-netns-nri --check-config (its own tests,
+		// and the VM's install test, run the real one).
+		data, _ := os.ReadFile(os.Args[2])
+		if strings.Contains(string(data), "--bad") {
+			fmt.Println("rdma-netns-nri: flag provided but not defined: -bad")
+			os.Exit(1)
+		}
+		fmt.Println(NRIConfigOK, "memlock unlimited, /dev/shm 1Gi")
+		os.Exit(0)
 	case os.Getenv("INSTALL_TEST_RUN_MAIN") != "":
 		os.Exit(Main(os.Args[1:], "test", os.Stdout, os.Stderr))
 	}
@@ -289,5 +299,60 @@ func TestThenWait(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		cmd.Process.Kill()
 		t.Fatal("still running 10s after SIGTERM")
+	}
+}
+
+// --nri installs the NRI plugin and its configuration (the flags after
+// the install flags), both checked by the copy, replacing a copy under
+// another index; running it again changes nothing; flags the plugin
+// rejects leave everything as it was.
+func TestInstallNRI(t *testing.T) {
+	dir := t.TempDir()
+	cni, plugins, confd := filepath.Join(dir, "bin"), filepath.Join(dir, "plugins"), filepath.Join(dir, "conf.d")
+	os.Mkdir(cni, 0o755)
+	os.Mkdir(plugins, 0o755)
+	writeFile(t, filepath.Join(plugins, "50-rdma-netns-nri"), "old", 0o755)
+	writeFile(t, filepath.Join(plugins, "20-other-plugin"), "theirs", 0o755)
+	args := []string{"--dest", cni, "--nri", self(t), "--nri-plugin-dir", plugins, "--nri-conf-dir", confd, "--", "--memlock", "unlimited", "--shm-size", "1Gi"}
+	for range 2 {
+		rc, out, errOut := runMain(args...)
+		if rc != 0 || !strings.Contains(out, "installed "+filepath.Join(plugins, "10-rdma-netns-nri")+" and "+filepath.Join(confd, "10-rdma-netns-nri.conf")+" (memlock unlimited, /dev/shm 1Gi)") {
+			t.Fatalf("exit %d, stdout %q, stderr %q", rc, out, errOut)
+		}
+		if got := entries(t, plugins); strings.Join(got, " ") != "10-rdma-netns-nri 20-other-plugin" {
+			t.Fatalf("plugin directory holds %v", got)
+		}
+		if got := entries(t, confd); strings.Join(got, " ") != "10-rdma-netns-nri.conf" {
+			t.Fatalf("configuration directory holds %v", got)
+		}
+	}
+	conf, _ := os.ReadFile(filepath.Join(confd, "10-rdma-netns-nri.conf"))
+	if !strings.HasSuffix(string(conf), "\n--memlock\nunlimited\n--shm-size\n1Gi\n") {
+		t.Fatalf("configuration:\n%s", conf)
+	}
+	fi, err := os.Stat(filepath.Join(plugins, "10-rdma-netns-nri"))
+	if err != nil || fi.Mode().Perm() != 0o755 {
+		t.Fatalf("installed plugin: %v, %v", fi, err)
+	}
+
+	before, _ := os.ReadFile(filepath.Join(confd, "10-rdma-netns-nri.conf"))
+	rc, _, errOut := runMain("--dest", cni, "--nri", self(t), "--nri-plugin-dir", plugins, "--nri-conf-dir", confd, "--nri-index", "30", "--", "--bad")
+	if rc != 1 || !strings.Contains(errOut, "the NRI plugin rejects its flags: rdma-netns-nri: flag provided but not defined: -bad") {
+		t.Fatalf("bad flags: exit %d, stderr %q", rc, errOut)
+	}
+	after, _ := os.ReadFile(filepath.Join(confd, "10-rdma-netns-nri.conf"))
+	if got := entries(t, plugins); strings.Join(got, " ") != "10-rdma-netns-nri 20-other-plugin" || !bytes.Equal(before, after) {
+		t.Fatalf("a rejected configuration changed the directories: %v", got)
+	}
+	if got := entries(t, confd); len(got) != 1 {
+		t.Fatalf("temporary files left: %v", got)
+	}
+	for _, bad := range [][]string{
+		{"--dest", cni, "--", "--shm-size", "1Gi"},
+		{"--dest", cni, "--nri", self(t), "--nri-index", "1", "--nri-plugin-dir", plugins},
+	} {
+		if rc, _, errOut := runMain(bad...); rc == 0 || errOut == "" {
+			t.Errorf("%q: exit %d, stderr %q; want an error", bad, rc, errOut)
+		}
 	}
 }

@@ -2,6 +2,7 @@ package nriplugin
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -24,7 +25,9 @@ import (
 	"github.com/rdma-netns/rdma-netns/pkg/rdmans"
 )
 
-const usage = `Usage: rdma-netns-nri [--socket PATH] [--memlock LIMIT] [--shm-size SIZE] [--sandbox-root DIRS] [--index NN] [--log-level LEVEL]
+const usage = `Usage: rdma-netns-nri [--socket PATH] [--memlock LIMIT] [--shm-size SIZE] [--sandbox-root DIRS] [--index NN]
+                      [--lock PATH] [--log-level LEVEL] [--log-file PATH]
+       rdma-netns-nri --check-config FILE
 
 An NRI plugin for containerd (>= 1.7; on by default in 2.x) and CRI-O
 (>= 1.26, enable_nri). When the runtime creates a container in a pod whose
@@ -37,9 +40,21 @@ Pods without an RDMA device, and every pod of a node not in exclusive RDMA
 netns mode (where every netns sees every device), are never touched. Per pod:
   rdma-netns.io/nri: skip          leave every container of the pod alone
   rdma-netns.io/shm-size: 16Gi     this pod's /dev/shm size ("keep": 64 MiB)
-Containers that exist when it connects are listed in the log, not changed.
-It reconnects whenever the runtime restarts. Run as root on the node, in
-the host's network namespace (it enters pod network namespaces).
+When it connects it grows the /dev/shm of RDMA pods whose containers were
+created while it was away, and logs each such container that lacks its
+device nodes or memlock (they cannot be changed while they run).
+
+Two ways to run it, never both at once on a node (a lock decides):
+  - as a container or a service (the DaemonSet's): it connects to the NRI
+    socket and reconnects whenever the runtime restarts;
+  - pre-installed in the runtime's NRI plugin directory (/opt/nri/plugins/
+    10-rdma-netns-nri, by rdma-netns install): the runtime starts it before
+    it serves any container, hands it its connection, and gives it these
+    flags from /etc/nri/conf.d/10-rdma-netns-nri.conf; it exits when the
+    runtime closes the connection, and the runtime starts it again.
+The instance that cannot take the lock stands by until it can.
+Run as root on the node, in the host's network namespace (it enters pod
+network namespaces).
 
 Flags:
 `
@@ -47,6 +62,14 @@ Flags:
 // Options are the plugin's command line.
 type Options struct {
 	Socket, Memlock, ShmSize, SandboxRoots, Index, LogLevel string
+	// Lock is the file whose lock decides which instance serves.
+	Lock string
+	// LogFile is where the log goes; "" is stderr, except for a
+	// runtime-launched plugin, whose stderr the runtime discards.
+	LogFile string
+	// CheckConfig: check this configuration file, as the runtime would
+	// hand it to a launched plugin, say what it sets and exit.
+	CheckConfig string
 }
 
 // FlagSet binds the plugin's flags to o, with their defaults.
@@ -58,6 +81,9 @@ func FlagSet(o *Options) *flag.FlagSet {
 	fl.StringVar(&o.SandboxRoots, "sandbox-root", strings.Join(podadjust.DefaultPolicy.SandboxRoots, ","), "comma-separated `DIRS` where the runtime keeps a directory per pod sandbox holding the pod's shm tmpfs (containerd: <state>/io.containerd.grpc.v1.cri/sandboxes, CRI-O: <runroot>/overlay-containers); only a /dev/shm from there is resized")
 	fl.StringVar(&o.Index, "index", "50", "the plugin's two-digit NRI index: `NN` orders it among the runtime's NRI plugins")
 	fl.StringVar(&o.LogLevel, "log-level", "info", "`LEVEL` error, warn, info (one line per adjusted container) or debug (one per container)")
+	fl.StringVar(&o.Lock, "lock", DefaultLock, "lock file `PATH`: of the runtime-launched and the DaemonSet's instance, the one holding it serves")
+	fl.StringVar(&o.LogFile, "log-file", "", "append the log to `PATH` (default stderr; "+DefaultLaunchedLog+" when the runtime launched the plugin)")
+	fl.StringVar(&o.CheckConfig, "check-config", "", "check `FILE`, the runtime's configuration of the launched plugin (/etc/nri/conf.d/10-rdma-netns-nri.conf), print what it sets and exit (rdma-netns install runs the installed copy so)")
 	return fl
 }
 
@@ -86,10 +112,18 @@ func (o Options) Policy() (podadjust.Policy, error) {
 	if !filepath.IsAbs(o.Socket) {
 		return p, fmt.Errorf("--socket %q must be an absolute path", o.Socket)
 	}
+	if o.Lock != "" && !filepath.IsAbs(o.Lock) {
+		return p, fmt.Errorf("--lock %q must be an absolute path", o.Lock)
+	}
+	if o.LogFile != "" && !filepath.IsAbs(o.LogFile) {
+		return p, fmt.Errorf("--log-file %q must be an absolute path", o.LogFile)
+	}
 	return p, nil
 }
 
-// Main runs the plugin until SIGINT or SIGTERM and returns the exit status.
+// Main runs the plugin until SIGINT or SIGTERM (or, when the runtime
+// launched it, until the runtime closes the connection) and returns the
+// exit status.
 func Main(args []string, stderr io.Writer) int {
 	var o Options
 	fl := FlagSet(&o)
@@ -106,17 +140,50 @@ func Main(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "rdma-netns-nri: %v\n", err)
 		return 2
 	}
-	log := logging.NewWriter(stderr, o.LogLevel)
-	p := &plugin{adj: &podadjust.Adjuster{Policy: policy, Kernel: rdmans.Netlink{}, Shm: podadjust.Tmpfs{}, SameAsSelf: sameAsSelf(), Visible: visible}, log: log}
-	log.Infof("rdma-netns-nri: memlock %s, /dev/shm %s, sandbox roots %s, NRI socket %s", policy.Memlock, shmString(policy.ShmSize), strings.Join(policy.SandboxRoots, ","), o.Socket)
-
+	if o.CheckConfig != "" {
+		return checkConfig(o.CheckConfig, stderr)
+	}
+	if o.Lock == "" {
+		// Without the lock nothing keeps two instances from both
+		// adjusting a container, which the runtime then fails.
+		fmt.Fprintf(stderr, "rdma-netns-nri: --lock must name the lock file the other instance takes too\n")
+		return 2
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, log, stubs(p, o.Socket, o.Index)); err != nil {
+	if name, ok := launchedAs(); ok {
+		return runLaunched(ctx, name, o, policy)
+	}
+	log := logging.NewWriter(stderr, o.LogLevel)
+	if o.LogFile != "" {
+		log = logging.New(o.LogFile, o.LogLevel, "")
+	}
+	p := newPlugin(policy, log, fmt.Sprintf("%s-rdma-netns, pid %d, connected to %s", o.Index, os.Getpid(), o.Socket))
+	log.Infof("rdma-netns-nri: %s, NRI socket %s", settings(policy, o), o.Socket)
+	if err := run(ctx, log, o.Lock, p.who, stubs(p, o.Socket, o.Index)); err != nil {
 		log.Errorf("%v", err)
 		return 1
 	}
 	return 0
+}
+
+// What the plugin asks (the kernel; whether a netns path opens, and is
+// the host's) and resizes (the pods' tmpfs): the unit test of a
+// runtime-launched plugin, a process of its own that the test cannot
+// hand an Adjuster, swaps in fakes.
+var (
+	kernel       podadjust.Kernel = rdmans.Netlink{}
+	shm          podadjust.Shm    = podadjust.Tmpfs{}
+	visibleNetns                  = visible
+	sameAsHost                    = sameAsSelf
+)
+
+func newPlugin(policy podadjust.Policy, log *logging.Logger, who string) *plugin {
+	return &plugin{adj: &podadjust.Adjuster{Policy: policy, Kernel: kernel, Shm: shm, SameAsSelf: sameAsHost(), Visible: visibleNetns}, log: log, who: who}
+}
+
+func settings(policy podadjust.Policy, o Options) string {
+	return fmt.Sprintf("memlock %s, /dev/shm %s, sandbox roots %s, lock %s", policy.Memlock, shmString(policy.ShmSize), strings.Join(policy.SandboxRoots, ","), o.Lock)
 }
 
 // stubs makes the NRI stubs of plugin p, one per connection.
@@ -136,33 +203,59 @@ const (
 	maxRetry   = 5 * time.Second
 )
 
+// standbyPoll is how often an instance standing by tries the lock: a
+// container created between the holder's end and the next try starts
+// without the plugin, and the holder only ends when it crashes or the
+// runtime stops (which creates no container).
+const standbyPoll = time.Second
+
 // run connects a new stub to the runtime and serves it until the
 // connection ends, then does it again, until ctx is done. A stub is made
 // per connection: the runtime forgets the plugin when it restarts, and a
 // fresh registration (with its Synchronize) is what it expects. Only a
-// stub that cannot be made at all is an error.
-func run(ctx context.Context, log *logging.Logger, newStub func(onClose func()) (stub.Stub, error)) error {
+// stub that cannot be made at all, or a lock file that cannot be used, is
+// an error.
+//
+// It serves only while it holds the lock at lockPath ("" for none):
+// while the runtime-launched instance holds it, this one stands by. The
+// lock is taken before connecting and let go when the connection ends,
+// so that across a runtime restart the instance the runtime launches
+// (before it opens its socket) finds it free.
+func run(ctx context.Context, log *logging.Logger, lockPath, who string, newStub func(onClose func()) (stub.Stub, error)) error {
 	delay := firstRetry
+	standingBy := false
 	for ctx.Err() == nil {
-		st, err := newStub(func() { log.Warnf("the runtime closed the NRI connection (restarting?); reconnecting") })
-		if err != nil {
-			return fmt.Errorf("cannot set up the NRI plugin: %v", err)
+		var lk *serveLock
+		if lockPath != "" {
+			var holder string
+			var err error
+			if lk, holder, err = tryLock(lockPath, who); err != nil {
+				return err
+			}
+			if lk == nil {
+				if !standingBy {
+					log.Infof("standing by: another rdma-netns-nri serves (%s holds %s); serving when it lets go", holder, lockPath)
+					standingBy = true
+				}
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-time.After(standbyPoll):
+				}
+				continue
+			}
+			if standingBy {
+				log.Infof("the other rdma-netns-nri let go of %s: serving", lockPath)
+				standingBy = false
+			}
 		}
-		connected := time.Now()
-		done := make(chan error, 1)
-		go func() { done <- st.Run(ctx) }()
-		select {
-		case <-ctx.Done():
-			st.Stop()
-			<-done
-			return nil
-		case err = <-done:
+		up, err := serveOnce(ctx, log, newStub)
+		lk.release()
+		if err == nil || errors.Is(err, errNoStub) {
+			return err
 		}
-		if time.Since(connected) > maxRetry {
+		if up > maxRetry {
 			delay = firstRetry // it had been up: retry soon
-		}
-		if err == nil {
-			err = fmt.Errorf("the connection ended")
 		}
 		log.Warnf("not connected to the runtime's NRI socket: %v; retrying in %s", err, delay)
 		select {
@@ -173,6 +266,31 @@ func run(ctx context.Context, log *logging.Logger, newStub func(onClose func()) 
 		delay = min(2*delay, maxRetry)
 	}
 	return nil
+}
+
+var errNoStub = errors.New("cannot set up the NRI plugin")
+
+// serveOnce makes a stub, serves its connection until it ends and says
+// how long it was up. The error is nil only when ctx ended it.
+func serveOnce(ctx context.Context, log *logging.Logger, newStub func(onClose func()) (stub.Stub, error)) (time.Duration, error) {
+	st, err := newStub(func() { log.Warnf("the runtime closed the NRI connection (restarting?)") })
+	if err != nil {
+		return 0, fmt.Errorf("%w: %v", errNoStub, err)
+	}
+	connected := time.Now()
+	done := make(chan error, 1)
+	go func() { done <- st.Run(ctx) }()
+	select {
+	case <-ctx.Done():
+		st.Stop()
+		<-done
+		return 0, nil
+	case err = <-done:
+	}
+	if err == nil {
+		err = errors.New("the connection ended")
+	}
+	return time.Since(connected), err
 }
 
 func shmString(n uint64) string {

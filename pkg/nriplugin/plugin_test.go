@@ -74,11 +74,14 @@ func testPod(id, netns string, ann map[string]string) *api.PodSandbox {
 		Linux: &api.LinuxPodSandbox{Namespaces: []*api.LinuxNamespace{{Type: "network", Path: netns}}}}
 }
 
+// nrilogOff silences the runtime side's own chatter.
+func nrilogOff() { nrilog.Set(nriLogger{logging.Discard()}) }
+
 // runtime is containerd's side of NRI (the same adaptation package
 // containerd links), on a socket of the test's.
 func runtime(t *testing.T, socket string, pods []*api.PodSandbox, ctrs []*api.Container) *adaptation.Adaptation {
 	t.Helper()
-	nrilog.Set(nriLogger{logging.Discard()}) // the runtime side's own chatter
+	nrilogOff()
 	dir := t.TempDir()
 	sync := func(ctx context.Context, cb adaptation.SyncCB) error {
 		_, err := cb(ctx, pods, ctrs)
@@ -146,7 +149,7 @@ func TestPluginAgainstRuntime(t *testing.T) {
 		return c, err
 	})
 	go func() {
-		if err := run(ctx, p.log, stubs(p, socket, "50", dial)); err != nil {
+		if err := run(ctx, p.log, "", "", stubs(p, socket, "50", dial)); err != nil {
 			t.Error(err)
 		}
 		close(done)
@@ -174,8 +177,8 @@ func TestPluginAgainstRuntime(t *testing.T) {
 	if adj := create(t, r, plainPod, "web2", false); len(adj.GetLinux().GetDevices()) > 0 || len(adj.GetRlimits()) > 0 || len(adj.GetMounts()) > 0 {
 		t.Fatalf("a pod without an RDMA device was adjusted: %v", adj)
 	}
-	if l := logs.String(); !strings.Contains(l, "2 container(s) existed; 1 in pods holding RDMA devices, left as they are") ||
-		!strings.Contains(l, "team-a/rdma-pod/old (rxe0)") || strings.Contains(l, "plain-pod/web (") {
+	if l := logs.String(); !strings.Contains(l, "2 container(s) existed; 1 in pods holding RDMA devices: 0 adjusted by rdma-netns-nri, 1 lacking") ||
+		!strings.Contains(l, "team-a/rdma-pod/old (rxe0): created while rdma-netns-nri was not serving, runs without /dev/infiniband/uverbs0, /dev/infiniband/rdma_cm") || strings.Contains(l, "plain-pod/web (") {
 		t.Fatalf("existing containers not reported as expected:\n%s", l)
 	}
 
@@ -191,7 +194,7 @@ func TestPluginAgainstRuntime(t *testing.T) {
 	if adj := create(t, r, rdmaPod, "after-restart", true); len(adj.GetLinux().GetDevices()) != 2 {
 		t.Fatalf("not adjusted after the runtime restarted; log:\n%s", logs)
 	}
-	if l := logs.String(); !strings.Contains(l, "reconnecting") || strings.Count(l, "connected to fake-runtime") < 2 {
+	if l := logs.String(); !strings.Contains(l, "retrying in") || strings.Count(l, "connected to fake-runtime") < 2 {
 		t.Fatalf("log does not show the reconnection:\n%s", l)
 	}
 }
@@ -203,7 +206,7 @@ func TestRunRetriesUntilStopped(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 1200*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	if err := run(ctx, p.log, stubs(p, filepath.Join(t.TempDir(), "nri.sock"), "50")); err != nil {
+	if err := run(ctx, p.log, "", "", stubs(p, filepath.Join(t.TempDir(), "nri.sock"), "50")); err != nil {
 		t.Fatal(err)
 	}
 	if time.Since(start) > 5*time.Second {
@@ -237,7 +240,7 @@ func TestMainFlags(t *testing.T) {
 func TestRunStubError(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	err := run(ctx, logging.Discard(), func(func()) (stub.Stub, error) { return nil, errors.New("no handler") })
+	err := run(ctx, logging.Discard(), "", "", func(func()) (stub.Stub, error) { return nil, errors.New("no handler") })
 	if err == nil || !strings.Contains(err.Error(), "cannot set up the NRI plugin: no handler") {
 		t.Fatalf("run = %v, want the stub's error", err)
 	}
@@ -250,7 +253,7 @@ func servePlugin(t *testing.T, p *plugin, socket string, logs *syncBuffer) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
-		run(ctx, p.log, stubs(p, socket, "50"))
+		run(ctx, p.log, "", "", stubs(p, socket, "50"))
 		close(done)
 	}()
 	t.Cleanup(func() { cancel(); <-done })

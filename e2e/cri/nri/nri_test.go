@@ -325,10 +325,17 @@ func TestUnprivilegedPods(t *testing.T) {
 	sh(t, aw, "rm /dev/shm/nccl-seg")
 
 	findings, code := doctor(t, aw)
+	by := ""
 	for _, f := range findings {
 		if f.Check == "nri" || f.Severity != "ok" && f.Check != "shm" {
 			t.Errorf("doctor: %s %s: %s", f.Severity, f.Check, f.Reason)
 		}
+		if f.Check == "nri-adjusted" {
+			by = f.Reason
+		}
+	}
+	if !strings.Contains(by, "by rdma-netns-nri 50-rdma-netns") {
+		t.Errorf("doctor --pid does not name the instance that adjusted the container: %q", by)
 	}
 	if code != 0 {
 		t.Errorf("doctor exit %d for an adjusted container", code)

@@ -1,8 +1,10 @@
 // Package nririg runs rdma-netns-nri next to the test VM's containerd
-// (e2e/cri/cririg) and makes the pods and containers its tests, its bench
-// and the demo use: containers as unprivileged as a plain pod spec makes
-// them, and what they have of what verbs needs. It only works inside the
-// test VM, as root.
+// (e2e/cri/cririg), as the DaemonSet's container does, or installs it
+// where containerd launches it itself (preinstalled.go), and makes the
+// pods and containers its tests, its bench and the demo use: containers
+// as unprivileged as a plain pod spec makes them, and what they have of
+// what verbs needs, and which instance adjusted them. It only works
+// inside the test VM, as root.
 package nririg
 
 import (
@@ -36,6 +38,12 @@ type Plugin struct {
 // StartPlugin starts the plugin with the DaemonSet's flags and waits until
 // containerd has synchronized it.
 func StartPlugin() (*Plugin, error) {
+	return StartPluginUntil("at connection")
+}
+
+// StartPluginUntil starts the plugin with the DaemonSet's flags and waits
+// until its log says s ("standing by" while a pre-installed copy serves).
+func StartPluginUntil(s string) (*Plugin, error) {
 	before := LogLines()
 	f, err := os.OpenFile(PluginLog, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -50,7 +58,7 @@ func StartPlugin() (*Plugin, error) {
 	}
 	p := &Plugin{cmd: cmd, done: make(chan struct{})}
 	go func() { cmd.Wait(); close(p.done) }()
-	if err := WaitLog(before, "at connection", 30*time.Second); err != nil {
+	if err := WaitLog(before, s, 30*time.Second); err != nil {
 		p.Kill()
 		return nil, err
 	}
