@@ -1,0 +1,227 @@
+//go:build e2e
+
+package k8s
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sort"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/rdma-netns/rdma-netns/e2e/cri/cririg"
+	"github.com/rdma-netns/rdma-netns/e2e/internal/rig"
+	"github.com/rdma-netns/rdma-netns/e2e/k8s/node"
+)
+
+var (
+	ctd     *cririg.Containerd
+	kubelet *node.Kubelet
+	cs      *kubernetes.Clientset
+	restCfg *rest.Config
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+// run brings the node up (containerd, kubelet) and waits for it to be
+// Ready before the tests; the control plane is already up on the host.
+func run(m *testing.M) int {
+	fail := func(what string, err error) int {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", what, err)
+		return 1
+	}
+	if err := cririg.Setup(); err != nil {
+		return fail("cri setup", err)
+	}
+	bin, err := cririg.TraceCNI()
+	if err != nil {
+		return fail("cni trace", err)
+	}
+	if ctd, err = cririg.Start(cririg.Options{CNIBinDir: bin}); err != nil {
+		return fail("containerd", err)
+	}
+	defer ctd.Stop()
+	if restCfg, err = clientcmd.BuildConfigFromFlags("", node.AdminKubeconfig); err != nil {
+		return fail("admin kubeconfig", err)
+	}
+	if cs, err = kubernetes.NewForConfig(restCfg); err != nil {
+		return fail("client", err)
+	}
+	if kubelet, err = node.StartKubelet(); err != nil {
+		return fail("kubelet", err)
+	}
+	defer kubelet.Stop()
+	if err := waitNodeReady(4 * time.Minute); err != nil {
+		return fail("node", fmt.Errorf("%v\nkubelet log:\n%s", err, kubelet.LogTail(40)))
+	}
+	fmt.Printf("node %s Ready %s after kubelet started\n", node.Name, time.Since(kubelet.Started).Round(time.Second))
+	rc := m.Run()
+	printCalls()
+	return rc
+}
+
+// waitNodeReady polls the node's Ready condition; it gives up at once if
+// kubelet exits.
+func waitNodeReady(timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if !kubelet.Alive() {
+			return fmt.Errorf("kubelet exited")
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		n, err := cs.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{})
+		cancel()
+		if err == nil {
+			for _, c := range n.Status.Conditions {
+				if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+					return nil
+				}
+			}
+		}
+		time.Sleep(time.Second)
+	}
+	return fmt.Errorf("node %s not Ready after %v", node.Name, timeout)
+}
+
+// printCalls prints how often kubelet's runtime called each CNI plugin
+// with each command (the notes on what a real node does).
+func printCalls() {
+	calls, err := cririg.Calls()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "cni trace:", err)
+		return
+	}
+	counts := map[string]int{}
+	for _, c := range calls {
+		counts[c.Plugin+" "+c.Command]++
+	}
+	keys := make([]string, 0, len(counts))
+	for k := range counts {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	fmt.Println("=== CNI calls containerd made for kubelet during the Kubernetes tests ===")
+	for _, k := range keys {
+		fmt.Printf("%-32s %d\n", k, counts[k])
+	}
+}
+
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	t.Cleanup(cancel)
+	return c
+}
+
+// sandboxOf finds the CRI sandbox kubelet made for a pod, by the labels
+// kubelet puts on it.
+func sandboxOf(t *testing.T, ns, name string) *runtimeapi.PodSandbox {
+	t.Helper()
+	resp, err := ctd.Runtime.ListPodSandbox(ctx(t), &runtimeapi.ListPodSandboxRequest{Filter: &runtimeapi.PodSandboxFilter{
+		State: &runtimeapi.PodSandboxStateValue{State: runtimeapi.PodSandboxState_SANDBOX_READY},
+		LabelSelector: map[string]string{
+			"io.kubernetes.pod.namespace": ns,
+			"io.kubernetes.pod.name":      name,
+		},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Items) != 1 {
+		t.Fatalf("pod %s/%s: want one ready sandbox, containerd has %d", ns, name, len(resp.Items))
+	}
+	return resp.Items[0]
+}
+
+// createPod creates a pod, retrying while the namespace's default service
+// account does not exist yet (the controller-manager makes it after start).
+func createPod(t *testing.T, pod *corev1.Pod) {
+	t.Helper()
+	err := cririg.Wait(time.Minute, "create pod "+pod.Name, func() (bool, error) {
+		_, err := cs.CoreV1().Pods(pod.Namespace).Create(ctx(t), pod, metav1.CreateOptions{})
+		if apierrors.IsForbidden(err) {
+			return false, nil
+		}
+		return err == nil, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitRunning waits for the pod to be Running and returns how long that took.
+func waitRunning(t *testing.T, ns, name string, timeout time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	var last *corev1.Pod
+	err := cririg.Wait(timeout, "pod "+ns+"/"+name+" Running", func() (bool, error) {
+		p, err := cs.CoreV1().Pods(ns).Get(ctx(t), name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		last = p
+		return p.Status.Phase == corev1.PodRunning, nil
+	})
+	if err != nil {
+		t.Fatalf("%v\nstatus: %+v\nevents:\n%s\nkubelet log:\n%s", err, last.Status, events(t, ns, name), kubelet.LogTail(30))
+	}
+	return time.Since(start)
+}
+
+// events lists the pod's events, as `kubectl describe pod` shows them.
+func events(t *testing.T, ns, name string) string {
+	t.Helper()
+	list, err := cs.CoreV1().Events(ns).List(ctx(t), metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
+	if err != nil {
+		return err.Error()
+	}
+	s := ""
+	for _, e := range list.Items {
+		s += fmt.Sprintf("  %s %s %s: %s\n", e.Type, e.Reason, e.Source.Component, e.Message)
+	}
+	return s
+}
+
+// deletePod deletes the pod and waits until the API server no longer has it.
+func deletePod(t *testing.T, ns, name string, opts metav1.DeleteOptions) {
+	t.Helper()
+	if err := cs.CoreV1().Pods(ns).Delete(ctx(t), name, opts); err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+	err := cririg.Wait(2*time.Minute, "pod "+ns+"/"+name+" gone", func() (bool, error) {
+		_, err := cs.CoreV1().Pods(ns).Get(ctx(t), name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		return false, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func hostHas(t *testing.T, dev string) bool {
+	t.Helper()
+	devs, err := rig.RDMAIn("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rig.Contains(devs, dev)
+}
+
+func waitHome(t *testing.T, dev string) {
+	t.Helper()
+	if err := cririg.Wait(30*time.Second, dev+" back in the host netns", func() (bool, error) { return hostHas(t, dev), nil }); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,162 @@
+// Package node runs the e2e cluster's node in the test VM: containerd as
+// e2e/cri/cririg sets it up, and kubelet, named localhost, registered with
+// the API server on the host (package cluster) through the VM's user-mode
+// NIC. It only works inside the test VM booted with vm-run.sh --k8s-api.
+package node
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Paths in the guest: what cluster.Config.GuestDir holds is shipped in the
+// payload as ConfDir.
+const (
+	ConfDir    = "/payload/k8s"
+	Dir        = "/run/k8s-node"
+	KubeletBin = "/usr/local/bin/kubelet"
+	// NodeIP is the guest's address on the user-mode NIC (vm-run.sh).
+	NodeIP = "10.0.2.15"
+	// Name is the node's name (cluster.NodeName).
+	Name = "localhost"
+	// AdminKubeconfig is an admin's kubeconfig for the tests.
+	AdminKubeconfig = ConfDir + "/admin.conf"
+)
+
+// kubeletConfig is the node's KubeletConfiguration. What the test VM needs
+// on top of a node's defaults:
+//   - cgroupfs, as containerd's runc here (no systemd in the guest);
+//   - no local storage accounting: the guest root is an initramfs, whose
+//     capacity cadvisor cannot measure;
+//   - memory the only eviction signal, for the same reason;
+//   - client certificates from the cluster's CA, and the API server's
+//     kubelet client (system:masters) allowed everything.
+const kubeletConfig = `apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+cgroupDriver: cgroupfs
+containerRuntimeEndpoint: unix:///run/containerd/containerd.sock
+authentication:
+  anonymous:
+    enabled: false
+  webhook:
+    enabled: false
+  x509:
+    clientCAFile: ` + ConfDir + `/ca.crt
+authorization:
+  mode: AlwaysAllow
+failSwapOn: false
+localStorageCapacityIsolation: false
+evictionHard:
+  memory.available: 50Mi
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+resolvConf: /etc/resolv.conf
+registerNode: true
+`
+
+// nodeFiles are what a node's root has and the initramfs lacks: kubelet
+// reads /etc/passwd and /etc/group for its user-namespace mappings (the
+// kubelet user's subordinate IDs; it fails to start without them), and
+// cadvisor reports /etc/machine-id as the node's machine ID.
+var nodeFiles = map[string]string{
+	"/etc/passwd":     "root:x:0:0:root:/root:/bin/sh\n",
+	"/etc/group":      "root:x:0:\n",
+	"/etc/machine-id": "5f2e0c5e6b1d4c0a9a7e3d2b1c0f9e8d\n",
+}
+
+func writeNodeFiles() error {
+	for path, content := range nodeFiles {
+		if _, err := os.Stat(path); err == nil {
+			continue
+		}
+		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Kubelet is a running kubelet.
+type Kubelet struct {
+	cmd     *exec.Cmd
+	done    chan struct{}
+	Log     string
+	Started time.Time
+}
+
+// StartKubelet writes the config and starts kubelet (containerd must run).
+func StartKubelet() (*Kubelet, error) {
+	if err := os.MkdirAll(Dir, 0o755); err != nil {
+		return nil, err
+	}
+	if err := writeNodeFiles(); err != nil {
+		return nil, err
+	}
+	cfg := filepath.Join(Dir, "kubelet.yaml")
+	if err := os.WriteFile(cfg, []byte(kubeletConfig), 0o644); err != nil {
+		return nil, err
+	}
+	k := &Kubelet{Log: filepath.Join(Dir, "kubelet.log"), done: make(chan struct{})}
+	logf, err := os.OpenFile(k.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	k.cmd = exec.Command(KubeletBin,
+		"--config", cfg,
+		"--kubeconfig", filepath.Join(ConfDir, "kubelet.conf"),
+		"--hostname-override", Name,
+		// kubelet refuses a loopback node IP; the API server reaches it as
+		// "localhost" (the host's 127.0.0.1:10250, forwarded here).
+		"--node-ip", NodeIP,
+		"--v", "1")
+	k.cmd.Stdout, k.cmd.Stderr = logf, logf
+	k.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := k.cmd.Start(); err != nil {
+		logf.Close()
+		return nil, fmt.Errorf("start kubelet: %v", err)
+	}
+	k.Started = time.Now()
+	go func() {
+		_ = k.cmd.Wait()
+		logf.Close()
+		close(k.done)
+	}()
+	return k, nil
+}
+
+// Alive says whether kubelet is still running.
+func (k *Kubelet) Alive() bool {
+	select {
+	case <-k.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// Stop stops kubelet (SIGTERM, SIGKILL after ten seconds). Pods keep
+// running in containerd, as on a node.
+func (k *Kubelet) Stop() {
+	_ = k.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-k.done:
+	case <-time.After(10 * time.Second):
+		_ = k.cmd.Process.Kill()
+		<-k.done
+	}
+}
+
+// LogTail is the last n lines of kubelet's log, for failure messages.
+func (k *Kubelet) LogTail(n int) string {
+	data, _ := os.ReadFile(k.Log)
+	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
