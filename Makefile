@@ -69,11 +69,15 @@ e2e: payload
 ## kube-scheduler on the host's loopback (port K8S_APISERVER_PORT), kubelet
 ## and containerd in the test VM, which reaches nothing but the API server
 ## (vm-run.sh --k8s-api); the tests (e2e/k8s) drive it through the API.
+## The DaemonSet runs the image `make image` builds (K8S_IMAGE, amd64),
+## imported into the node's containerd.
 K8S_APISERVER_PORT ?= 16443
 K8S_PAYLOAD := $(OUT)/vm-k8s
+K8S_IMAGE   := rdma-netns.test/rdma-netns:e2e
 e2e-k8s: payload
+	$(MAKE) image IMAGE=$(K8S_IMAGE) PLATFORMS=linux/amd64 IMAGE_LAYOUT=$(OUT)/k8s-image
 	@set -e; eval "$$(scripts/k8s/build.sh --print-env)"; \
-	scripts/k8s/payload.sh $(PAYLOAD) $(K8S_PAYLOAD) "$$K8S_BIN_DIR"; \
+	scripts/k8s/payload.sh $(PAYLOAD) $(K8S_PAYLOAD) "$$K8S_BIN_DIR" $(OUT)/k8s-image; \
 	$(GO) -C e2e/k8s build -o $(abspath $(OUT))/rdma-netns-k8s-cluster ./cmd/rdma-netns-k8s-cluster; \
 	$(OUT)/rdma-netns-k8s-cluster -bin-dir "$$K8S_BIN_DIR" -dir $(OUT)/k8s -guest-dir $(K8S_PAYLOAD)/k8s \
 	  -apiserver-port $(K8S_APISERVER_PORT) -- \

@@ -44,7 +44,8 @@ func run(m *testing.M) int {
 	if err := cririg.Setup(); err != nil {
 		return fail("cri setup", err)
 	}
-	bin, err := cririg.TraceCNI()
+	// rdma-netns is not on the node yet: the DaemonSet installs it.
+	bin, err := cririg.TraceCNI("rdma-netns")
 	if err != nil {
 		return fail("cni trace", err)
 	}
@@ -62,7 +63,18 @@ func run(m *testing.M) int {
 		return fail("kubelet", err)
 	}
 	defer kubelet.Stop()
-	if err := waitNodeReady(4 * time.Minute); err != nil {
+	// The node registers NotReady: its default network (conf/containerd's
+	// net.d) chains rdma-netns, which is not installed yet. The DaemonSet
+	// runs anyway (host network, and it tolerates the not-ready taint) and
+	// installs it; then the node goes Ready.
+	if err := waitNode(4*time.Minute, false); err != nil {
+		return fail("node", fmt.Errorf("%v\nkubelet log:\n%s", err, kubelet.LogTail(40)))
+	}
+	fmt.Printf("node %s registered %s after kubelet started\n", node.Name, time.Since(kubelet.Started).Round(time.Second))
+	if err := install(); err != nil {
+		return fail("install rdma-netns", fmt.Errorf("%v\nkubelet log:\n%s", err, kubelet.LogTail(30)))
+	}
+	if err := waitNode(4*time.Minute, true); err != nil {
 		return fail("node", fmt.Errorf("%v\nkubelet log:\n%s", err, kubelet.LogTail(40)))
 	}
 	fmt.Printf("node %s Ready %s after kubelet started\n", node.Name, time.Since(kubelet.Started).Round(time.Second))
@@ -71,9 +83,9 @@ func run(m *testing.M) int {
 	return rc
 }
 
-// waitNodeReady polls the node's Ready condition; it gives up at once if
-// kubelet exits.
-func waitNodeReady(timeout time.Duration) error {
+// waitNode waits for the node to be registered, and Ready if ready; it
+// gives up at once if kubelet exits.
+func waitNode(timeout time.Duration, ready bool) error {
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
 		if !kubelet.Alive() {
@@ -82,6 +94,9 @@ func waitNodeReady(timeout time.Duration) error {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		n, err := cs.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{})
 		cancel()
+		if err == nil && !ready {
+			return nil
+		}
 		if err == nil {
 			for _, c := range n.Status.Conditions {
 				if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
@@ -91,7 +106,60 @@ func waitNodeReady(timeout time.Duration) error {
 		}
 		time.Sleep(time.Second)
 	}
-	return fmt.Errorf("node %s not Ready after %v", node.Name, timeout)
+	return fmt.Errorf("node %s not registered or Ready after %v", node.Name, timeout)
+}
+
+// DaemonSet is conf/daemonset.yaml's DaemonSet.
+const (
+	dsNamespace = "kube-system"
+	dsName      = "rdma-netns"
+	dsSelector  = "app.kubernetes.io/name=rdma-netns"
+)
+
+// install installs rdma-netns as the README says: the image imported (in
+// place of a pull), conf/daemonset.yaml applied with only its image
+// changed (e2e/k8s/overlays/daemonset), and waits for its pod to be Ready.
+func install() error {
+	started := time.Now()
+	if err := node.ImportImage(node.ManifestDir + "/rdma-netns-image.tar"); err != nil {
+		return err
+	}
+	data, err := os.ReadFile(node.ManifestDir + "/daemonset.yaml")
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if err := apply(ctx, data); err != nil {
+		return fmt.Errorf("apply conf/daemonset.yaml: %v", err)
+	}
+	var last string
+	err = cririg.Wait(4*time.Minute, "the DaemonSet's pod Ready", func() (bool, error) {
+		pods, err := cs.CoreV1().Pods(dsNamespace).List(ctx, metav1.ListOptions{LabelSelector: dsSelector})
+		if err != nil || len(pods.Items) != 1 {
+			last = fmt.Sprintf("%d pods (%v)", len(pods.Items), err)
+			return false, nil
+		}
+		p := pods.Items[0]
+		last = fmt.Sprintf("%s: %s %+v", p.Name, p.Status.Phase, p.Status.ContainerStatuses)
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		pods, _ := cs.CoreV1().Pods(dsNamespace).List(ctx, metav1.ListOptions{LabelSelector: dsSelector})
+		evs := ""
+		for _, p := range pods.Items {
+			evs += eventsOf(ctx, dsNamespace, p.Name)
+		}
+		evs += eventsOf(ctx, dsNamespace, dsName)
+		return fmt.Errorf("%v\nlast: %s\nevents:\n%s", err, last, evs)
+	}
+	fmt.Printf("rdma-netns DaemonSet's pod Ready %s after the import and apply began\n", time.Since(started).Round(time.Second))
+	return nil
 }
 
 // printCalls prints how often kubelet's runtime called each CNI plugin
@@ -181,7 +249,11 @@ func waitRunning(t *testing.T, ns, name string, timeout time.Duration) time.Dura
 // events lists the pod's events, as `kubectl describe pod` shows them.
 func events(t *testing.T, ns, name string) string {
 	t.Helper()
-	list, err := cs.CoreV1().Events(ns).List(ctx(t), metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
+	return eventsOf(ctx(t), ns, name)
+}
+
+func eventsOf(ctx context.Context, ns, name string) string {
+	list, err := cs.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
 	if err != nil {
 		return err.Error()
 	}

@@ -37,7 +37,10 @@ func TestNodeVersions(t *testing.T) {
 // conf/containerd/runtimeclasses.yaml applied to the API server, a pod of
 // the RuntimeClass rdma-eth1 made by kubelet: containerd runs the handler's
 // chain (host-device eth1, rdma-netns), the pod's netns holds eth1's RDMA
-// device and the host does not; `kubectl delete pod` returns it.
+// device and the host does not; `kubectl exec` (through the API server and
+// kubelet) shows the container, unprivileged with every capability dropped,
+// that device alone, with the NRI plugin's memlock; `kubectl delete pod`
+// returns it.
 func TestRuntimeClassPod(t *testing.T) {
 	data, err := os.ReadFile("/payload/containerd/runtimeclasses.yaml")
 	if err != nil {
@@ -59,6 +62,10 @@ func TestRuntimeClassPod(t *testing.T) {
 			Containers: []corev1.Container{{
 				Name: "tools", Image: cririg.ToolsImage, ImagePullPolicy: corev1.PullNever,
 				Command: []string{"sleep", "3600"},
+				SecurityContext: &corev1.SecurityContext{
+					AllowPrivilegeEscalation: new(bool),
+					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+				},
 			}},
 		},
 	}
@@ -80,6 +87,29 @@ func TestRuntimeClassPod(t *testing.T) {
 	if hostHas(t, n.RDMA) {
 		t.Errorf("%s is still in the host netns with the pod running", n.RDMA)
 	}
+	out, stderr, err := execIn(t, pod.Namespace, pod.Name, "tools", "ibv_devices")
+	if err != nil {
+		t.Errorf("exec ibv_devices: %v\n%s", err, stderr)
+	} else if devs := verbsDevices(out); len(devs) != 1 || devs[0] != n.RDMA {
+		t.Errorf("ibv_devices in the pod lists %v, want [%s]:\n%s", devs, n.RDMA, out)
+	}
+	out, stderr, err = execIn(t, pod.Namespace, pod.Name, "tools", "sh", "-c", "ulimit -l")
+	if err != nil || strings.TrimSpace(out) != "unlimited" {
+		t.Errorf("ulimit -l in the pod: %q (%v) %s, want unlimited", out, err, stderr)
+	}
 	deletePod(t, pod.Namespace, pod.Name, metav1.DeleteOptions{})
 	waitHome(t, n.RDMA)
+}
+
+// verbsDevices parses ibv_devices' table: a header, a dashed line, then
+// one "name guid" line per device.
+func verbsDevices(out string) []string {
+	var devs []string
+	for _, l := range strings.Split(out, "\n") {
+		f := strings.Fields(l)
+		if len(f) == 2 && f[0] != "device" && !strings.HasPrefix(f[0], "-") {
+			devs = append(devs, f[0])
+		}
+	}
+	return devs
 }

@@ -69,6 +69,16 @@ var nodeFiles = map[string]string{
 	"/etc/machine-id": "5f2e0c5e6b1d4c0a9a7e3d2b1c0f9e8d\n",
 }
 
+// prepareRoot makes the guest's root what a node's is: the files above,
+// and / a shared mount (systemd does that on a node), without which kubelet
+// refuses the DaemonSet's HostToContainer mounts of /run/netns.
+func prepareRoot() error {
+	if err := syscall.Mount("", "/", "", syscall.MS_SHARED|syscall.MS_REC, ""); err != nil {
+		return fmt.Errorf("make / a shared mount: %v", err)
+	}
+	return writeNodeFiles()
+}
+
 func writeNodeFiles() error {
 	for path, content := range nodeFiles {
 		if _, err := os.Stat(path); err == nil {
@@ -94,7 +104,7 @@ func StartKubelet() (*Kubelet, error) {
 	if err := os.MkdirAll(Dir, 0o755); err != nil {
 		return nil, err
 	}
-	if err := writeNodeFiles(); err != nil {
+	if err := prepareRoot(); err != nil {
 		return nil, err
 	}
 	cfg := filepath.Join(Dir, "kubelet.yaml")
@@ -159,4 +169,20 @@ func (k *Kubelet) LogTail(n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// ManifestDir holds the manifests of conf/ as the tests apply them
+// (e2e/k8s/overlays rendered by scripts/k8s/payload.sh) and the
+// DaemonSet's image.
+const ManifestDir = "/payload/k8s-manifests"
+
+// ImportImage imports an OCI archive into containerd's CRI namespace,
+// unpacked for the native snapshotter, as a registry pull would leave it.
+func ImportImage(archive string) error {
+	out, err := exec.Command("/usr/local/bin/ctr", "--address", "/run/containerd/containerd.sock", "-n", "k8s.io",
+		"images", "import", "--local", "--snapshotter", "native", archive).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("ctr images import %s: %v\n%s", archive, err, out)
+	}
+	return nil
 }
