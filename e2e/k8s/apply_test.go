@@ -23,6 +23,11 @@ import (
 // --server-side` does: the API server merges it, validates it and
 // refuses what it would refuse from kubectl.
 func apply(ctx context.Context, manifest []byte) error {
+	return applyKinds(ctx, manifest, nil)
+}
+
+// applyKinds applies the objects of the kinds listed (all if kinds is nil).
+func applyKinds(ctx context.Context, manifest []byte, kinds map[string]bool) error {
 	dc, err := discovery.NewDiscoveryClientForConfig(restCfg)
 	if err != nil {
 		return err
@@ -44,6 +49,9 @@ func apply(ctx context.Context, manifest []byte) error {
 			continue
 		}
 		gvk := obj.GroupVersionKind()
+		if kinds != nil && !kinds[gvk.Kind] {
+			continue
+		}
 		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
 		if err != nil {
 			return fmt.Errorf("%s %s: %v", gvk.Kind, obj.GetName(), err)

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	authv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -78,6 +79,9 @@ func run(m *testing.M) int {
 		return fail("node", fmt.Errorf("%v\nkubelet log:\n%s", err, kubelet.LogTail(40)))
 	}
 	fmt.Printf("node %s Ready %s after kubelet started\n", node.Name, time.Since(kubelet.Started).Round(time.Second))
+	if err := setupMultus(bin); err != nil {
+		return fail("multus", err)
+	}
 	rc := m.Run()
 	printCalls()
 	return rc
@@ -160,6 +164,31 @@ func install() error {
 	}
 	fmt.Printf("rdma-netns DaemonSet's pod Ready %s after the import and apply began\n", time.Since(started).Round(time.Second))
 	return nil
+}
+
+// setupMultus installs Multus thin as a node's admin would from Multus's
+// own manifest: its CRD (NetworkAttachmentDefinition), ClusterRole,
+// binding and service account applied, and on the node its binary, a
+// kubeconfig with that service account's token and 00-multus.conf.
+func setupMultus(traceBin string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	data, err := os.ReadFile(node.ManifestDir + "/multus/multus-daemonset.yml")
+	if err != nil {
+		return err
+	}
+	if err := applyKinds(ctx, data, map[string]bool{
+		"CustomResourceDefinition": true, "ClusterRole": true, "ClusterRoleBinding": true, "ServiceAccount": true,
+	}); err != nil {
+		return fmt.Errorf("apply Multus's multus-daemonset.yml: %v", err)
+	}
+	exp := int64(3600)
+	tok, err := cs.CoreV1().ServiceAccounts("kube-system").CreateToken(ctx, "multus",
+		&authv1.TokenRequest{Spec: authv1.TokenRequestSpec{ExpirationSeconds: &exp}}, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("token for kube-system/multus: %v", err)
+	}
+	return node.InstallMultus(tok.Status.Token, traceBin)
 }
 
 // printCalls prints how often kubelet's runtime called each CNI plugin

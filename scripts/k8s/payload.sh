@@ -31,6 +31,15 @@ for f in e2e.test multus.test cri.test nri.test rdma-netns-bench rdma-netns-stre
 done
 rm -f "$out/cni/rdma-netns"
 cp "$bins/kubelet" "$out/bin/kubelet"
+# Multus (thin) and the pods' default network (ptp, host-local), at the
+# plugins version go.mod requires; Multus's own manifests for its CRD and RBAC.
+cp "$bins/multus" "$out/cni/multus"
+plugins=$(cd "$top" && go list -m -f '{{.Version}}' github.com/containernetworking/plugins)
+GOBIN="$out/cni" go install \
+  "github.com/containernetworking/plugins/plugins/main/ptp@$plugins" \
+  "github.com/containernetworking/plugins/plugins/ipam/host-local@$plugins"
+mkdir -p "$out/k8s-manifests/multus"
+cp "$bins/../multus-deployments/"*.yml "$out/k8s-manifests/multus/"
 mkdir -p "$out/k8s-manifests"
 for o in "$top"/e2e/k8s/overlays/*/; do
   "$bins/kubectl" kustomize --load-restrictor LoadRestrictionsNone "$o" > "$out/k8s-manifests/$(basename "$o").yaml"

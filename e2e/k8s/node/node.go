@@ -186,3 +186,63 @@ func ImportImage(archive string) error {
 	}
 	return nil
 }
+
+// Multus, thin: the binary in /opt/cni/bin and its configuration first in
+// /etc/cni/net.d, so that containerd runs it for every pod. Its delegate,
+// the pods' cluster network (eth0), is a ptp network with host-local IPAM.
+const (
+	MultusConf       = "/etc/cni/net.d/00-multus.conf"
+	MultusKubeconfig = "/etc/cni/net.d/multus.d/multus.kubeconfig"
+	// ClusterSubnet is the pods' cluster network (eth0).
+	ClusterSubnet = "10.244.0.0/24"
+)
+
+// multusConf is 00-multus.conf; binDir is where Multus finds the
+// delegates' plugins (containerd's bin_dirs: the CNI trace's wrappers).
+func multusConf(binDir string) string {
+	return `{
+  "cniVersion": "1.0.0",
+  "name": "multus-cni-network",
+  "type": "multus",
+  "kubeconfig": "` + MultusKubeconfig + `",
+  "binDir": "` + binDir + `",
+  "delegates": [
+    {
+      "cniVersion": "1.0.0",
+      "name": "cluster",
+      "plugins": [
+        {"type": "ptp", "ipam": {"type": "host-local", "subnet": "` + ClusterSubnet + `"}}
+      ]
+    }
+  ]
+}
+`
+}
+
+// InstallMultus writes Multus's kubeconfig (the API server as the node
+// reaches it, the service account's token) and its configuration.
+func InstallMultus(token, binDir string) error {
+	if err := os.MkdirAll(filepath.Dir(MultusKubeconfig), 0o755); err != nil {
+		return err
+	}
+	kc := `apiVersion: v1
+kind: Config
+clusters:
+- name: e2e
+  cluster:
+    server: https://10.0.2.100:6443
+    certificate-authority: ` + ConfDir + `/ca.crt
+users:
+- name: multus
+  user:
+    token: ` + token + `
+contexts:
+- name: multus
+  context: {cluster: e2e, user: multus}
+current-context: multus
+`
+	if err := os.WriteFile(MultusKubeconfig, []byte(kc), 0o600); err != nil {
+		return err
+	}
+	return os.WriteFile(MultusConf, []byte(multusConf(binDir)), 0o644)
+}
