@@ -66,9 +66,8 @@ func TestNCCLPod(t *testing.T) {
 	created := time.Now()
 	applyManifest(t, "pod-nccl")
 	const ns, name = "default", "nccl-worker-0"
-	took := waitRunning(t, ns, name, 3*time.Minute)
+	waitRunning(t, ns, name, 3*time.Minute)
 	t.Logf("pod Running %s after create (Multus thin, host-device, rdma-netns)", time.Since(created).Round(time.Millisecond))
-	_ = took
 
 	sb := sandboxOf(t, ns, name)
 	netns, err := ctd.PodNetns(ctx(t), sb.Id)
