@@ -32,8 +32,9 @@ $(OUT)/rdma-netns-nri: FORCE
 
 FORCE:
 
-## test: unit tests, then the real-kernel end-to-end suite in the test VM.
-test: unit image-test e2e stress-short
+## test: unit tests, then the real-kernel end-to-end suite in the test VM,
+## and the one-node Kubernetes cluster's (e2e-k8s).
+test: unit image-test e2e stress-short e2e-k8s
 
 lint:
 	@fmt=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$fmt" ]; then echo "gofmt needed: $$fmt"; exit 1; fi
