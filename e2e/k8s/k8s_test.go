@@ -21,6 +21,7 @@ import (
 
 	"github.com/rdma-netns/rdma-netns/e2e/cri/cririg"
 	"github.com/rdma-netns/rdma-netns/e2e/internal/rig"
+	"github.com/rdma-netns/rdma-netns/e2e/k8s/cluster"
 	"github.com/rdma-netns/rdma-netns/e2e/k8s/node"
 )
 
@@ -63,7 +64,8 @@ func run(m *testing.M) int {
 	if kubelet, err = node.StartKubelet(); err != nil {
 		return fail("kubelet", err)
 	}
-	defer kubelet.Stop()
+	// kubelet, not the value now: a test may restart it.
+	defer func() { kubelet.Stop() }()
 	// The node registers NotReady: its default network (conf/containerd's
 	// net.d) chains rdma-netns, which is not installed yet. The DaemonSet
 	// runs anyway (host network, and it tolerates the not-ready taint) and
@@ -84,6 +86,7 @@ func run(m *testing.M) int {
 	}
 	rc := m.Run()
 	printCalls()
+	printCPU()
 	return rc
 }
 
@@ -189,6 +192,20 @@ func setupMultus(traceBin string) error {
 		return fmt.Errorf("token for kube-system/multus: %v", err)
 	}
 	return node.InstallMultus(tok.Status.Token, traceBin)
+}
+
+// printCPU prints the CPU time kubelet and containerd used in the
+// emulated VM over the whole run (the node's share of the cluster's cost;
+// the control plane's is printed on the host).
+func printCPU() {
+	for _, p := range []struct {
+		name string
+		pid  int
+	}{{"kubelet", kubelet.Pid()}, {"containerd", ctd.Pid()}} {
+		if d, err := cluster.CPUTime(p.pid); err == nil {
+			fmt.Printf("CPU %-10s %.1fs over %s since kubelet started\n", p.name, d.Seconds(), time.Since(kubelet.Started).Round(time.Second))
+		}
+	}
 }
 
 // printCalls prints how often kubelet's runtime called each CNI plugin

@@ -324,7 +324,7 @@ func (cp *ControlPlane) LogPath(name string) string {
 func (cp *ControlPlane) CPU() map[string]time.Duration {
 	out := map[string]time.Duration{}
 	for _, p := range cp.procs {
-		if d, err := cpuTime(p.cmd.Process.Pid); err == nil {
+		if d, err := CPUTime(p.cmd.Process.Pid); err == nil {
 			out[p.name] = d
 		}
 	}
@@ -347,7 +347,9 @@ func (cp *ControlPlane) Stop() {
 	cp.procs = nil
 }
 
-func cpuTime(pid int) (time.Duration, error) {
+// CPUTime is the CPU time (user + system, all threads) process pid has
+// used, from /proc/PID/stat.
+func CPUTime(pid int) (time.Duration, error) {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0, err

@@ -139,6 +139,9 @@ func StartKubelet() (*Kubelet, error) {
 	return k, nil
 }
 
+// Pid is kubelet's process ID.
+func (k *Kubelet) Pid() int { return k.cmd.Process.Pid }
+
 // Alive says whether kubelet is still running.
 func (k *Kubelet) Alive() bool {
 	select {
