@@ -26,10 +26,13 @@ import (
 )
 
 var (
-	ctd     *cririg.Containerd
-	kubelet *node.Kubelet
-	cs      *kubernetes.Clientset
-	restCfg *rest.Config
+	// stoppedKubeletCPU is the CPU time of kubelets a test stopped.
+	stoppedKubeletCPU time.Duration
+	firstKubeletStart time.Time
+	ctd               *cririg.Containerd
+	kubelet           *node.Kubelet
+	cs                *kubernetes.Clientset
+	restCfg           *rest.Config
 )
 
 func TestMain(m *testing.M) {
@@ -64,6 +67,7 @@ func run(m *testing.M) int {
 	if kubelet, err = node.StartKubelet(); err != nil {
 		return fail("kubelet", err)
 	}
+	firstKubeletStart = kubelet.Started
 	// kubelet, not the value now: a test may restart it.
 	defer func() { kubelet.Stop() }()
 	// The node registers NotReady: its default network (conf/containerd's
@@ -198,13 +202,11 @@ func setupMultus(traceBin string) error {
 // emulated VM over the whole run (the node's share of the cluster's cost;
 // the control plane's is printed on the host).
 func printCPU() {
-	for _, p := range []struct {
-		name string
-		pid  int
-	}{{"kubelet", kubelet.Pid()}, {"containerd", ctd.Pid()}} {
-		if d, err := cluster.CPUTime(p.pid); err == nil {
-			fmt.Printf("CPU %-10s %.1fs over %s since kubelet started\n", p.name, d.Seconds(), time.Since(kubelet.Started).Round(time.Second))
-		}
+	if d, err := cluster.CPUTime(kubelet.Pid()); err == nil {
+		fmt.Printf("CPU kubelet    %.1fs over %s\n", (d + stoppedKubeletCPU).Seconds(), time.Since(firstKubeletStart).Round(time.Second))
+	}
+	if d, err := cluster.CPUTime(ctd.Pid()); err == nil {
+		fmt.Printf("CPU containerd %.1fs over %s\n", d.Seconds(), time.Since(firstKubeletStart).Round(time.Second))
 	}
 }
 
@@ -261,15 +263,17 @@ func sandboxOf(t *testing.T, ns, name string) *runtimeapi.PodSandbox {
 // account does not exist yet (the controller-manager makes it after start).
 func createPod(t *testing.T, pod *corev1.Pod) {
 	t.Helper()
+	var last error
 	err := cririg.Wait(time.Minute, "create pod "+pod.Name, func() (bool, error) {
 		_, err := cs.CoreV1().Pods(pod.Namespace).Create(ctx(t), pod, metav1.CreateOptions{})
 		if apierrors.IsForbidden(err) {
+			last = err
 			return false, nil
 		}
 		return err == nil, err
 	})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("%v (last: %v)", err, last)
 	}
 }
 

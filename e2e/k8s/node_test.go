@@ -42,13 +42,7 @@ func TestNodeVersions(t *testing.T) {
 // that device alone, with the NRI plugin's memlock; `kubectl delete pod`
 // returns it.
 func TestRuntimeClassPod(t *testing.T) {
-	data, err := os.ReadFile("/payload/containerd/runtimeclasses.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := apply(ctx(t), data); err != nil {
-		t.Fatalf("apply conf/containerd/runtimeclasses.yaml: %v", err)
-	}
+	applyRuntimeClasses(t)
 	n, err := cririg.NetworkOf("rdma-eth1")
 	if err != nil {
 		t.Fatal(err)
@@ -112,4 +106,16 @@ func verbsDevices(out string) []string {
 		}
 	}
 	return devs
+}
+
+// applyRuntimeClasses applies conf/containerd/runtimeclasses.yaml.
+func applyRuntimeClasses(t *testing.T) {
+	t.Helper()
+	data, err := os.ReadFile("/payload/containerd/runtimeclasses.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := apply(ctx(t), data); err != nil {
+		t.Fatalf("apply conf/containerd/runtimeclasses.yaml: %v", err)
+	}
 }
