@@ -114,3 +114,53 @@ func TestKubeletRestart(t *testing.T) {
 	deletePod(t, "default", "survivor", metav1.DeleteOptions{})
 	waitHome(t, dev)
 }
+
+// containerd killed and started again with a pod running changes nothing:
+// kubelet keeps the pod and its sandbox, the device stays in its netns, no
+// CNI ADD or DEL runs for it, and deleting it afterwards returns the
+// device through the new containerd.
+func TestContainerdRestart(t *testing.T) {
+	netns, dev := runClassPod(t, "ctd-survivor", "rdma-eth2")
+	sb := sandboxOf(t, "default", "ctd-survivor").Id
+	before, err := cririg.Calls()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, err := cluster.CPUTime(ctd.Pid()); err == nil {
+		stoppedContainerdCPU += d
+	}
+	restarted, err := ctd.Restart()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctd = restarted
+	// Give kubelet a few sync rounds against the new containerd.
+	time.Sleep(20 * time.Second)
+	if err := waitNode(2*time.Minute, true); err != nil {
+		t.Fatal(err)
+	}
+	p, err := cs.CoreV1().Pods("default").Get(ctx(t), "ctd-survivor", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Status.Phase != corev1.PodRunning {
+		t.Errorf("pod after containerd's restart: %s", p.Status.Phase)
+	}
+	if got := sandboxOf(t, "default", "ctd-survivor").Id; got != sb {
+		t.Errorf("pod's sandbox changed across containerd's restart: %s, was %s", got, sb)
+	}
+	if in, err := rig.RDMAIn(netns); err != nil || len(in) != 1 || in[0] != dev {
+		t.Errorf("pod's RDMA devices after containerd's restart: %v (%v), want [%s]", in, err, dev)
+	}
+	calls, err := cririg.Calls()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range calls[len(before):] {
+		if c.ContainerID == sb && c.Command != "STATUS" {
+			t.Errorf("containerd's restart made it call %s %s for the running pod", c.Plugin, c.Command)
+		}
+	}
+	deletePod(t, "default", "ctd-survivor", metav1.DeleteOptions{})
+	waitHome(t, dev)
+}
