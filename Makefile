@@ -32,8 +32,9 @@ $(OUT)/rdma-netns-nri: FORCE
 
 FORCE:
 
-## test: unit tests, then the real-kernel end-to-end suite in the test VM.
-test: unit image-test e2e stress-short
+## test: unit tests, then the real-kernel end-to-end suite in the test VM,
+## and the one-node Kubernetes cluster's (e2e-k8s).
+test: unit image-test e2e stress-short e2e-k8s
 
 lint:
 	@fmt=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$fmt" ]; then echo "gofmt needed: $$fmt"; exit 1; fi
@@ -42,11 +43,13 @@ lint:
 	cd build/image && $(GO) vet ./...
 	cd e2e/multus && $(GO) vet -tags e2e ./...
 	cd e2e/cri && $(GO) vet -tags e2e ./...
+	cd e2e/k8s && $(GO) vet -tags e2e ./...
 
 ## unit: go vet, gofmt, and the unit tests of the plugin and of conf/.
 unit: lint
 	$(GO) test -count=1 ./...
 	@if [ -f conf/go.mod ]; then cd conf && $(GO) test -count=1 ./...; fi
+	cd e2e/k8s && $(GO) test -count=1 ./cluster/...
 
 payload:
 	rm -rf $(PAYLOAD)
@@ -62,6 +65,27 @@ vm-prepare:
 e2e: payload
 	$(VM_RUN) --payload $(PAYLOAD) -- 'rc=0; e2e.test $(E2E_FLAGS) || rc=1; multus.test $(E2E_FLAGS) || rc=1; cri.test $(E2E_FLAGS) || rc=1; nri.test $(E2E_FLAGS) || rc=1; exit $$rc'
 	$(VM_RUN) --netns-mode shared --nics 4 --payload $(PAYLOAD) -- 'rc=0; e2e.test $(E2E_FLAGS) -test.run TestSharedMode || rc=1; cri.test $(E2E_FLAGS) -test.run TestSharedMode || rc=1; nri.test $(E2E_FLAGS) -test.run TestSharedMode || rc=1; exit $$rc'
+
+## e2e-k8s: a one-node Kubernetes cluster (scripts/k8s/build.sh builds and
+## caches its binaries): etcd, kube-apiserver, kube-controller-manager and
+## kube-scheduler on the host's loopback (port K8S_APISERVER_PORT), kubelet
+## and containerd in the test VM, which reaches nothing but the API server
+## (vm-run.sh --k8s-api); the tests (e2e/k8s) drive it through the API.
+## The DaemonSet runs the image `make image` builds (K8S_IMAGE, amd64),
+## imported into the node's containerd.
+K8S_APISERVER_PORT ?= 16443
+K8S_PAYLOAD := $(OUT)/vm-k8s
+K8S_IMAGE   := rdma-netns.test/rdma-netns:e2e
+e2e-k8s: payload
+	$(MAKE) image IMAGE=$(K8S_IMAGE) PLATFORMS=linux/amd64 IMAGE_LAYOUT=$(OUT)/k8s-image
+	@set -e; eval "$$(scripts/k8s/build.sh --print-env)"; \
+	scripts/k8s/payload.sh $(PAYLOAD) $(K8S_PAYLOAD) "$$K8S_BIN_DIR" $(OUT)/k8s-image; \
+	$(GO) -C e2e/k8s build -o $(abspath $(OUT))/rdma-netns-k8s-cluster ./cmd/rdma-netns-k8s-cluster; \
+	$(OUT)/rdma-netns-k8s-cluster -bin-dir "$$K8S_BIN_DIR" -dir $(OUT)/k8s -guest-dir $(K8S_PAYLOAD)/k8s \
+	  -apiserver-port $(K8S_APISERVER_PORT) -- \
+	  $(VM_RUN) --memory 4096 --k8s-api $(K8S_APISERVER_PORT) --payload $(K8S_PAYLOAD) -- 'k8s.test $(E2E_FLAGS)'
+
+.PHONY: e2e-k8s
 
 ## demo: the seed story in the test VM: a pod gets its NIC and RDMA device.
 demo: payload

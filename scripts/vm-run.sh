@@ -5,7 +5,13 @@
 #
 # Usage:
 #   vm-run.sh [--netns-mode exclusive|shared] [--nics N] [--payload DIR]
-#             [--timeout SECS] [--memory MB] [--log FILE] -- CMD [ARGS...]
+#             [--timeout SECS] [--memory MB] [--log FILE]
+#             [--k8s-api PORT [--kubelet-port PORT]] -- CMD [ARGS...]
+#
+# --k8s-api PORT adds a user-mode NIC on which the guest reaches exactly one
+# address, 10.0.2.100:6443, forwarded to the host's 127.0.0.1:PORT (the e2e
+# cluster's API server), and the host's 127.0.0.1:10250 (--kubelet-port)
+# reaches the guest's kubelet. Nothing else leaves the guest.
 #
 # CMD and ARGS are joined with spaces and run by the guest's `sh -c` (like
 # ssh does), so both `-- /payload/test.sh -v` and `-- 'a && b'` work.
@@ -22,8 +28,10 @@ PAYLOAD=""
 TIMEOUT=1200
 MEMORY=2048
 LOG_OUT=""
+K8S_API=""
+KUBELET_PORT=10250
 
-usage() { sed -n '2,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,21p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 log() { printf '[vm-run] %s\n' "$*" >&2; }
 die() { printf '[vm-run] ERROR: %s\n' "$*" >&2; exit 125; }
 
@@ -35,6 +43,8 @@ while [ $# -gt 0 ]; do
     --timeout) TIMEOUT=${2:?}; shift 2 ;;
     --memory) MEMORY=${2:?}; shift 2 ;;
     --log) LOG_OUT=${2:?}; shift 2 ;;
+    --k8s-api) K8S_API=${2:?}; shift 2 ;;
+    --kubelet-port) KUBELET_PORT=${2:?}; shift 2 ;;
     --) shift; break ;;
     -h|--help) usage ;;
     *) echo "vm-run.sh: unknown option $1" >&2; usage ;;
@@ -46,6 +56,12 @@ case "$NETNS_MODE" in exclusive|shared) ;; *) die "--netns-mode must be exclusiv
 [[ "$NICS" =~ ^[0-9]+$ ]] && [ "$NICS" -ge 1 ] && [ "$NICS" -le 28 ] || die "--nics must be 1..28"
 [[ "$TIMEOUT" =~ ^[0-9]+$ ]] || die "--timeout must be a number of seconds"
 [ -z "$PAYLOAD" ] || [ -d "$PAYLOAD" ] || die "--payload $PAYLOAD is not a directory"
+if [ -n "$K8S_API" ]; then
+  [[ "$K8S_API" =~ ^[0-9]+$ ]] && [[ "$KUBELET_PORT" =~ ^[0-9]+$ ]] || die "--k8s-api and --kubelet-port take port numbers"
+  command -v socat >/dev/null || die "--k8s-api needs socat on the host (apt-get install socat; scripts/k8s/build.sh installs it)"
+fi
+# The user-mode NIC's PCI slot: after the last test NIC's (3 + 28 - 1).
+HOSTNET_PCI=0000:00:1f.0
 
 eval "$("$SCRIPTS_DIR/vm-prepare.sh" --print-env)"
 eval "$("$SCRIPTS_DIR/vm-prepare-cri.sh" "$VM_CACHE_DIR/initramfs-base" --print-env)"
@@ -72,6 +88,7 @@ fi
   printf 'VM_NETNS_MODE=%s\n' "$NETNS_MODE"
   printf 'VM_NICS=%s\n' "$NICS"
   printf 'VM_KERNEL_ABI=%s\n' "$VM_ABI"
+  [ -z "$K8S_API" ] || printf 'VM_HOSTNET_PCI=%s\n' "$HOSTNET_PCI"
 } > "$STAGE/etc/vm.conf"
 printf '%s\n' "$*" > "$STAGE/etc/vm-cmd"
 
@@ -128,6 +145,8 @@ while :; do
   pcis=""
   for d in /sys/class/net/*; do
     [ "$(basename "$(readlink "$d/device/subsystem" 2>/dev/null)")" = virtio ] || continue
+    # The user-mode NIC to the host (vm-run.sh --k8s-api) is no test NIC.
+    [ "$(basename "$(readlink -f "$d/device/..")")" = "${VM_HOSTNET_PCI:-none}" ] && continue
     pcis="$pcis $(basename "$(readlink -f "$d/device/..")") $(basename "$d")"
   done
   n=$(echo $pcis | wc -w); n=$((n / 2))
@@ -175,6 +194,20 @@ done
 # Back to stock behaviour for devices the tests create themselves.
 echo 0 > $PARAM
 
+# The user-mode NIC (--k8s-api): hostnet0 with QEMU's default guest
+# address; 10.0.2.100 (the API server) is on its link. No default route:
+# with restrict=on nothing else answers anyway.
+if [ -n "${VM_HOSTNET_PCI:-}" ]; then
+  nd=""
+  for d in /sys/class/net/*; do
+    [ "$(basename "$(readlink -f "$d/device/..")")" = "$VM_HOSTNET_PCI" ] && nd=$(basename "$d")
+  done
+  [ -n "$nd" ] || fail "no NIC at $VM_HOSTNET_PCI (--k8s-api)"
+  $IP link set "$nd" name hostnet0 || fail "rename $nd"
+  $IP addr add 10.0.2.15/24 dev hostnet0 || fail "address hostnet0"
+  $IP link set hostnet0 up || fail "link up hostnet0"
+fi
+
 cd /payload
 sh -c "$(cat /etc/vm-cmd)" </dev/null
 rc=$?
@@ -203,6 +236,16 @@ for ((i = 0; i < NICS; i++)); do
   NIC_ARGS+=(-netdev "hubport,hubid=0,id=n$i"
              -device "virtio-net-pci,netdev=n$i,addr=$(printf '0x%x' $((3 + i))),romfile=")
 done
+
+# --k8s-api: QEMU user-mode networking restricted to explicit forwards.
+# guestfwd's cmd: form starts one socat per guest connection (a tcp: target
+# would be one connection that dies after the first request).
+if [ -n "$K8S_API" ]; then
+  printf '#!/bin/sh\nexec socat - TCP:127.0.0.1:%s\n' "$K8S_API" > "$WORK/apiserver-fwd"
+  chmod 0755 "$WORK/apiserver-fwd"
+  NIC_ARGS+=(-netdev "user,id=hostnet,restrict=on,guestfwd=tcp:10.0.2.100:6443-cmd:$WORK/apiserver-fwd,hostfwd=tcp:127.0.0.1:$KUBELET_PORT-:10250"
+             -device "virtio-net-pci,netdev=hostnet,addr=0x1f,romfile=")
+fi
 
 LOG="$WORK/console.log"
 log "booting $VM_ABI ($VM_KVER) under TCG: $NICS NICs, netns $NETNS_MODE, timeout ${TIMEOUT}s"

@@ -46,7 +46,10 @@ exit $rc
 
 // TraceCNI writes wrappers for every plugin in CNIBinDir into TraceDir/bin
 // and returns that directory, for Options.CNIBinDir. The log starts empty.
-func TraceCNI() (string, error) {
+// later names plugins not installed yet that get a wrapper too (a
+// DaemonSet installs them into CNIBinDir once the node runs); until then
+// calling them fails as calling the missing plugin would.
+func TraceCNI(later ...string) (string, error) {
 	bin := filepath.Join(TraceDir, "bin")
 	if err := os.MkdirAll(bin, 0o755); err != nil {
 		return "", err
@@ -56,8 +59,12 @@ func TraceCNI() (string, error) {
 		return "", err
 	}
 	body := fmt.Sprintf(traceBody, traceLog, holdFlag, heldFlag, CNIBinDir)
+	names := later
 	for _, p := range plugins {
-		if err := os.WriteFile(filepath.Join(bin, p.Name()), []byte(body), 0o755); err != nil {
+		names = append(names, p.Name())
+	}
+	for _, name := range names {
+		if err := os.WriteFile(filepath.Join(bin, name), []byte(body), 0o755); err != nil {
 			return "", err
 		}
 	}

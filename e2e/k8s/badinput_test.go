@@ -1,0 +1,163 @@
+//go:build e2e
+
+package k8s
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/rdma-netns/rdma-netns/e2e/cri/cririg"
+	"github.com/rdma-netns/rdma-netns/e2e/internal/rig"
+)
+
+// nad is a NetworkAttachmentDefinition in the default namespace whose
+// chain is host-device on netdev (static address addr) then rdma-netns
+// with the given extra settings.
+func nad(t *testing.T, name, netdev, addr, rdmaExtra string) {
+	t.Helper()
+	conf := fmt.Sprintf(`{"cniVersion": "1.1.0", "name": %q, "plugins": [
+  {"type": "host-device", "device": %q, "ipam": {"type": "static", "addresses": [{"address": %q}]}},
+  {"type": "rdma-netns"%s}]}`, name, netdev, addr, rdmaExtra)
+	manifest := fmt.Sprintf(`apiVersion: k8s.cni.cncf.io/v1
+kind: NetworkAttachmentDefinition
+metadata:
+  name: %s
+  namespace: default
+spec:
+  config: %q
+`, name, conf)
+	if err := apply(ctx(t), []byte(manifest)); err != nil {
+		t.Fatalf("NAD %s: %v", name, err)
+	}
+}
+
+// toolsPod is an unprivileged pod of the tools image on the NAD network.
+func toolsPod(name, network string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default",
+			Annotations: map[string]string{"k8s.v1.cni.cncf.io/networks": network}},
+		Spec: corev1.PodSpec{
+			TerminationGracePeriodSeconds: new(int64),
+			Containers: []corev1.Container{{
+				Name: "tools", Image: cririg.ToolsImage, ImagePullPolicy: corev1.PullNever,
+				Command: []string{"sleep", "3600"},
+				SecurityContext: &corev1.SecurityContext{
+					AllowPrivilegeEscalation: new(bool),
+					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+				},
+			}},
+		},
+	}
+}
+
+// waitEvent waits for a pod event whose message contains every one of
+// want, and returns it.
+func waitEvent(t *testing.T, ns, name string, want ...string) string {
+	t.Helper()
+	var msg string
+	err := cririg.Wait(2*time.Minute, "an event of "+ns+"/"+name+" saying "+strings.Join(want, ", "), func() (bool, error) {
+		list, err := cs.CoreV1().Events(ns).List(ctx(t), metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
+		if err != nil {
+			return false, err
+		}
+	next:
+		for _, e := range list.Items {
+			for _, w := range want {
+				if !strings.Contains(e.Message, w) {
+					continue next
+				}
+			}
+			msg = e.Message
+			return true, nil
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("%v\nevents:\n%s", err, events(t, ns, name))
+	}
+	return msg
+}
+
+func hostState(t *testing.T) (netdevs, rdma []string) {
+	t.Helper()
+	var err error
+	if netdevs, err = rig.NetdevsIn(""); err != nil {
+		t.Fatal(err)
+	}
+	if rdma, err = rig.RDMAIn(""); err != nil {
+		t.Fatal(err)
+	}
+	return netdevs, rdma
+}
+
+// waitHostState waits until the host's netdevs and RDMA devices are as
+// given (a failed ADD's rollback runs after kubelet reports it).
+func waitHostState(t *testing.T, netdevs, rdma []string) {
+	t.Helper()
+	err := cririg.Wait(time.Minute, "the host's devices unchanged", func() (bool, error) {
+		n, r := hostState(t)
+		return strings.Join(n, " ") == strings.Join(netdevs, " ") && strings.Join(r, " ") == strings.Join(rdma, " "), nil
+	})
+	if err != nil {
+		n, r := hostState(t)
+		t.Fatalf("%v: netdevs %v (want %v), RDMA %v (want %v)", err, n, netdevs, r, rdma)
+	}
+}
+
+// Bad input through the API: the pod stays ContainerCreating, its events
+// say what failed, and nothing on the node changes.
+func TestBadInput(t *testing.T) {
+	netdevs, rdma := hostState(t)
+
+	t.Run("missing NIC", func(t *testing.T) {
+		nad(t, "missing-nic", "eth99", "10.100.101.1/29", "")
+		createPod(t, toolsPod("missing-nic", "missing-nic"))
+		// host-device's own message; it does not name the device.
+		msg := waitEvent(t, "default", "missing-nic", `plugin type="host-device" failed (add)`, "failed to find host device")
+		t.Logf("event: %s", msg)
+		if p, err := cs.CoreV1().Pods("default").Get(ctx(t), "missing-nic", metav1.GetOptions{}); err != nil || p.Status.Phase != corev1.PodPending {
+			t.Errorf("pod: %v %v, want Pending", p.Status.Phase, err)
+		}
+		deletePod(t, "default", "missing-nic", metav1.DeleteOptions{})
+		waitHostState(t, netdevs, rdma)
+	})
+
+	t.Run("device held by another pod", func(t *testing.T) {
+		held := rdmaOf(t, "eth2")
+		nad(t, "holder", "eth2", "10.100.102.1/29", "")
+		nad(t, "thief", "eth3", "10.100.103.1/29", fmt.Sprintf(`, "rdmaDevice": %q`, held))
+		createPod(t, toolsPod("holder", "holder"))
+		waitRunning(t, "default", "holder", 3*time.Minute)
+		_, heldRDMA := hostState(t)
+		heldNetdevs, _ := hostState(t)
+		createPod(t, toolsPod("thief", "thief"))
+		msg := waitEvent(t, "default", "thief", held, "is attached to", "nothing was changed")
+		t.Logf("event: %s", msg)
+		if p, err := cs.CoreV1().Pods("default").Get(ctx(t), "thief", metav1.GetOptions{}); err != nil || p.Status.Phase != corev1.PodPending {
+			t.Errorf("pod: %v %v, want Pending", p.Status.Phase, err)
+		}
+		// eth3 came back with the failed ADD's DEL; the holder keeps its device.
+		waitHostState(t, heldNetdevs, heldRDMA)
+		in, err := rig.RDMAIn(mustNetns(t, "default", "holder"))
+		if err != nil || len(in) != 1 || in[0] != held {
+			t.Errorf("holder's RDMA devices %v (%v), want [%s]", in, err, held)
+		}
+		deletePod(t, "default", "thief", metav1.DeleteOptions{})
+		deletePod(t, "default", "holder", metav1.DeleteOptions{})
+		waitHostState(t, netdevs, rdma)
+	})
+}
+
+func mustNetns(t *testing.T, ns, name string) string {
+	t.Helper()
+	netns, err := ctd.PodNetns(ctx(t), sandboxOf(t, ns, name).Id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return netns
+}

@@ -1,0 +1,352 @@
+//go:build e2e
+
+package k8s
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sort"
+	"testing"
+	"time"
+
+	authv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/rdma-netns/rdma-netns/e2e/cri/cririg"
+	"github.com/rdma-netns/rdma-netns/e2e/internal/rig"
+	"github.com/rdma-netns/rdma-netns/e2e/k8s/cluster"
+	"github.com/rdma-netns/rdma-netns/e2e/k8s/node"
+)
+
+var (
+	// stoppedKubeletCPU is the CPU time of kubelets a test stopped.
+	stoppedKubeletCPU time.Duration
+	// stoppedContainerdCPU is the CPU time of containerds a test killed.
+	stoppedContainerdCPU time.Duration
+	firstKubeletStart    time.Time
+	ctd                  *cririg.Containerd
+	kubelet              *node.Kubelet
+	cs                   *kubernetes.Clientset
+	restCfg              *rest.Config
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+// run brings the node up (containerd, kubelet) and waits for it to be
+// Ready before the tests; the control plane is already up on the host.
+func run(m *testing.M) int {
+	fail := func(what string, err error) int {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", what, err)
+		return 1
+	}
+	if err := cririg.Setup(); err != nil {
+		return fail("cri setup", err)
+	}
+	// rdma-netns is not on the node yet: the DaemonSet installs it.
+	bin, err := cririg.TraceCNI("rdma-netns")
+	if err != nil {
+		return fail("cni trace", err)
+	}
+	if ctd, err = cririg.Start(cririg.Options{CNIBinDir: bin}); err != nil {
+		return fail("containerd", err)
+	}
+	// containerd, not the value now: a test may restart it.
+	defer func() { ctd.Stop() }()
+	if restCfg, err = clientcmd.BuildConfigFromFlags("", node.AdminKubeconfig); err != nil {
+		return fail("admin kubeconfig", err)
+	}
+	if cs, err = kubernetes.NewForConfig(restCfg); err != nil {
+		return fail("client", err)
+	}
+	if kubelet, err = node.StartKubelet(); err != nil {
+		return fail("kubelet", err)
+	}
+	firstKubeletStart = kubelet.Started
+	// kubelet, not the value now: a test may restart it.
+	defer func() { kubelet.Stop() }()
+	// The node registers NotReady: its default network (conf/containerd's
+	// net.d) chains rdma-netns, which is not installed yet. The DaemonSet
+	// runs anyway (host network, and it tolerates the not-ready taint) and
+	// installs it; then the node goes Ready.
+	if err := waitNode(4*time.Minute, false); err != nil {
+		return fail("node", fmt.Errorf("%v\nkubelet log:\n%s", err, kubelet.LogTail(40)))
+	}
+	fmt.Printf("node %s registered %s after kubelet started\n", node.Name, time.Since(kubelet.Started).Round(time.Second))
+	if err := install(); err != nil {
+		return fail("install rdma-netns", fmt.Errorf("%v\nkubelet log:\n%s", err, kubelet.LogTail(30)))
+	}
+	if err := waitNode(4*time.Minute, true); err != nil {
+		return fail("node", fmt.Errorf("%v\nkubelet log:\n%s", err, kubelet.LogTail(40)))
+	}
+	fmt.Printf("node %s Ready %s after kubelet started\n", node.Name, time.Since(kubelet.Started).Round(time.Second))
+	if err := setupMultus(bin); err != nil {
+		return fail("multus", err)
+	}
+	rc := m.Run()
+	printCalls()
+	printCPU()
+	return rc
+}
+
+// waitNode waits for the node to be registered, and Ready if ready; it
+// gives up at once if kubelet exits.
+func waitNode(timeout time.Duration, ready bool) error {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if !kubelet.Alive() {
+			return fmt.Errorf("kubelet exited")
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		n, err := cs.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{})
+		cancel()
+		if err == nil && !ready {
+			return nil
+		}
+		if err == nil {
+			for _, c := range n.Status.Conditions {
+				if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+					return nil
+				}
+			}
+		}
+		time.Sleep(time.Second)
+	}
+	return fmt.Errorf("node %s not registered or Ready after %v", node.Name, timeout)
+}
+
+// DaemonSet is conf/daemonset.yaml's DaemonSet.
+const (
+	dsNamespace = "kube-system"
+	dsName      = "rdma-netns"
+	dsSelector  = "app.kubernetes.io/name=rdma-netns"
+)
+
+// install installs rdma-netns as the README says: the image imported (in
+// place of a pull), conf/daemonset.yaml applied with only its image
+// changed (e2e/k8s/overlays/daemonset), and waits for its pod to be Ready.
+func install() error {
+	started := time.Now()
+	if err := node.ImportImage(node.ManifestDir + "/rdma-netns-image.tar"); err != nil {
+		return err
+	}
+	data, err := os.ReadFile(node.ManifestDir + "/daemonset.yaml")
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if err := apply(ctx, data); err != nil {
+		return fmt.Errorf("apply conf/daemonset.yaml: %v", err)
+	}
+	var last string
+	err = cririg.Wait(4*time.Minute, "the DaemonSet's pod Ready", func() (bool, error) {
+		pods, err := cs.CoreV1().Pods(dsNamespace).List(ctx, metav1.ListOptions{LabelSelector: dsSelector})
+		if err != nil || len(pods.Items) != 1 {
+			last = fmt.Sprintf("%d pods (%v)", len(pods.Items), err)
+			return false, nil
+		}
+		p := pods.Items[0]
+		last = fmt.Sprintf("%s: %s %+v", p.Name, p.Status.Phase, p.Status.ContainerStatuses)
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		pods, _ := cs.CoreV1().Pods(dsNamespace).List(ctx, metav1.ListOptions{LabelSelector: dsSelector})
+		evs := ""
+		for _, p := range pods.Items {
+			evs += eventsOf(ctx, dsNamespace, p.Name)
+		}
+		evs += eventsOf(ctx, dsNamespace, dsName)
+		return fmt.Errorf("%v\nlast: %s\nevents:\n%s", err, last, evs)
+	}
+	fmt.Printf("rdma-netns DaemonSet's pod Ready %s after the import and apply began\n", time.Since(started).Round(time.Second))
+	return nil
+}
+
+// setupMultus installs Multus thin as a node's admin would from Multus's
+// own manifest: its CRD (NetworkAttachmentDefinition), ClusterRole,
+// binding and service account applied, and on the node its binary, a
+// kubeconfig with that service account's token and 00-multus.conf.
+func setupMultus(traceBin string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	data, err := os.ReadFile(node.ManifestDir + "/multus/multus-daemonset.yml")
+	if err != nil {
+		return err
+	}
+	if err := applyKinds(ctx, data, map[string]bool{
+		"CustomResourceDefinition": true, "ClusterRole": true, "ClusterRoleBinding": true, "ServiceAccount": true,
+	}); err != nil {
+		return fmt.Errorf("apply Multus's multus-daemonset.yml: %v", err)
+	}
+	exp := int64(3600)
+	tok, err := cs.CoreV1().ServiceAccounts("kube-system").CreateToken(ctx, "multus",
+		&authv1.TokenRequest{Spec: authv1.TokenRequestSpec{ExpirationSeconds: &exp}}, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("token for kube-system/multus: %v", err)
+	}
+	return node.InstallMultus(tok.Status.Token, traceBin)
+}
+
+// printCPU prints the CPU time kubelet and containerd used in the
+// emulated VM over the whole run (the node's share of the cluster's cost;
+// the control plane's is printed on the host).
+func printCPU() {
+	if d, err := cluster.CPUTime(kubelet.Pid()); err == nil {
+		fmt.Printf("CPU kubelet    %.1fs over %s\n", (d + stoppedKubeletCPU).Seconds(), time.Since(firstKubeletStart).Round(time.Second))
+	}
+	if d, err := cluster.CPUTime(ctd.Pid()); err == nil {
+		fmt.Printf("CPU containerd %.1fs over %s\n", (d + stoppedContainerdCPU).Seconds(), time.Since(firstKubeletStart).Round(time.Second))
+	}
+}
+
+// printCalls prints how often kubelet's runtime called each CNI plugin
+// with each command (the notes on what a real node does).
+func printCalls() {
+	calls, err := cririg.Calls()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "cni trace:", err)
+		return
+	}
+	counts := map[string]int{}
+	for _, c := range calls {
+		counts[c.Plugin+" "+c.Command]++
+	}
+	keys := make([]string, 0, len(counts))
+	for k := range counts {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	fmt.Println("=== CNI calls containerd made for kubelet during the Kubernetes tests ===")
+	for _, k := range keys {
+		fmt.Printf("%-32s %d\n", k, counts[k])
+	}
+}
+
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	t.Cleanup(cancel)
+	return c
+}
+
+// sandboxOf finds the CRI sandbox kubelet made for a pod, by the labels
+// kubelet puts on it.
+func sandboxOf(t *testing.T, ns, name string) *runtimeapi.PodSandbox {
+	t.Helper()
+	resp, err := ctd.Runtime.ListPodSandbox(ctx(t), &runtimeapi.ListPodSandboxRequest{Filter: &runtimeapi.PodSandboxFilter{
+		State: &runtimeapi.PodSandboxStateValue{State: runtimeapi.PodSandboxState_SANDBOX_READY},
+		LabelSelector: map[string]string{
+			"io.kubernetes.pod.namespace": ns,
+			"io.kubernetes.pod.name":      name,
+		},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Items) != 1 {
+		t.Fatalf("pod %s/%s: want one ready sandbox, containerd has %d", ns, name, len(resp.Items))
+	}
+	return resp.Items[0]
+}
+
+// createPod creates a pod, retrying while the namespace's default service
+// account does not exist yet (the controller-manager makes it after start).
+func createPod(t *testing.T, pod *corev1.Pod) {
+	t.Helper()
+	var last error
+	err := cririg.Wait(time.Minute, "create pod "+pod.Name, func() (bool, error) {
+		_, err := cs.CoreV1().Pods(pod.Namespace).Create(ctx(t), pod, metav1.CreateOptions{})
+		if apierrors.IsForbidden(err) {
+			last = err
+			return false, nil
+		}
+		return err == nil, err
+	})
+	if err != nil {
+		t.Fatalf("%v (last: %v)", err, last)
+	}
+}
+
+// waitRunning waits for the pod to be Running and returns how long that took.
+func waitRunning(t *testing.T, ns, name string, timeout time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	var last *corev1.Pod
+	err := cririg.Wait(timeout, "pod "+ns+"/"+name+" Running", func() (bool, error) {
+		p, err := cs.CoreV1().Pods(ns).Get(ctx(t), name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		last = p
+		return p.Status.Phase == corev1.PodRunning, nil
+	})
+	if err != nil {
+		t.Fatalf("%v\nstatus: %+v\nevents:\n%s\nkubelet log:\n%s", err, last.Status, events(t, ns, name), kubelet.LogTail(30))
+	}
+	return time.Since(start)
+}
+
+// events lists the pod's events, as `kubectl describe pod` shows them.
+func events(t *testing.T, ns, name string) string {
+	t.Helper()
+	return eventsOf(ctx(t), ns, name)
+}
+
+func eventsOf(ctx context.Context, ns, name string) string {
+	list, err := cs.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
+	if err != nil {
+		return err.Error()
+	}
+	s := ""
+	for _, e := range list.Items {
+		s += fmt.Sprintf("  %s %s %s: %s\n", e.Type, e.Reason, e.Source.Component, e.Message)
+	}
+	return s
+}
+
+// deletePod deletes the pod and waits until the API server no longer has it.
+func deletePod(t *testing.T, ns, name string, opts metav1.DeleteOptions) {
+	t.Helper()
+	if err := cs.CoreV1().Pods(ns).Delete(ctx(t), name, opts); err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+	err := cririg.Wait(2*time.Minute, "pod "+ns+"/"+name+" gone", func() (bool, error) {
+		_, err := cs.CoreV1().Pods(ns).Get(ctx(t), name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		return false, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func hostHas(t *testing.T, dev string) bool {
+	t.Helper()
+	devs, err := rig.RDMAIn("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rig.Contains(devs, dev)
+}
+
+func waitHome(t *testing.T, dev string) {
+	t.Helper()
+	if err := cririg.Wait(30*time.Second, dev+" back in the host netns", func() (bool, error) { return hostHas(t, dev), nil }); err != nil {
+		t.Fatal(err)
+	}
+}

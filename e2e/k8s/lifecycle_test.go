@@ -1,0 +1,166 @@
+//go:build e2e
+
+package k8s
+
+import (
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/rdma-netns/rdma-netns/e2e/cri/cririg"
+	"github.com/rdma-netns/rdma-netns/e2e/internal/rig"
+	"github.com/rdma-netns/rdma-netns/e2e/k8s/cluster"
+	"github.com/rdma-netns/rdma-netns/e2e/k8s/node"
+)
+
+// runClassPod runs an unprivileged tools pod of the RuntimeClass handler
+// and returns its netns once it is Running with the handler's device.
+func runClassPod(t *testing.T, name, handler string) (netns, dev string) {
+	t.Helper()
+	n, err := cririg.NetworkOf(handler)
+	if err != nil {
+		t.Fatal(err)
+	}
+	applyRuntimeClasses(t)
+	pod := toolsPod(name, "")
+	delete(pod.Annotations, "k8s.v1.cni.cncf.io/networks")
+	pod.Spec.RuntimeClassName = &handler
+	createPod(t, pod)
+	waitRunning(t, "default", name, 3*time.Minute)
+	netns = mustNetns(t, "default", name)
+	if in, err := rig.RDMAIn(netns); err != nil || len(in) != 1 || in[0] != n.RDMA {
+		t.Fatalf("pod %s: RDMA devices %v (%v), want [%s]", name, in, err, n.RDMA)
+	}
+	return netns, n.RDMA
+}
+
+// sandboxesOf counts the CRI sandboxes (any state) of a pod.
+func sandboxesOf(t *testing.T, name string) int {
+	t.Helper()
+	resp, err := ctd.Runtime.ListPodSandbox(ctx(t), &runtimeapi.ListPodSandboxRequest{Filter: &runtimeapi.PodSandboxFilter{
+		LabelSelector: map[string]string{"io.kubernetes.pod.namespace": "default", "io.kubernetes.pod.name": name},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(resp.Items)
+}
+
+// A forced delete (kubectl delete --grace-period=0 --force) removes the
+// pod from the API at once; kubelet then tears the sandbox down, the
+// device comes back, and no record is left once the sandbox is gone.
+func TestForcedDelete(t *testing.T) {
+	_, dev := runClassPod(t, "forced", "rdma-eth2")
+	zero := int64(0)
+	deletePod(t, "default", "forced", metav1.DeleteOptions{GracePeriodSeconds: &zero})
+	waitHome(t, dev)
+	// kubelet's garbage collection removes the dead sandbox within minutes.
+	if err := cririg.Wait(3*time.Minute, "the sandbox of default/forced removed", func() (bool, error) {
+		return sandboxesOf(t, "forced") == 0, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if recs := rig.Records(cririg.RecordsDir); len(recs) != 0 {
+		t.Errorf("records left after the sandbox went: %v", recs)
+	}
+}
+
+// kubelet restarted with a pod running changes nothing: the pod keeps its
+// sandbox and device, and no CNI ADD or DEL runs for it.
+func TestKubeletRestart(t *testing.T) {
+	netns, dev := runClassPod(t, "survivor", "rdma-eth2")
+	sb := sandboxOf(t, "default", "survivor").Id
+	before, err := cririg.Calls()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, err := cluster.CPUTime(kubelet.Pid()); err == nil {
+		stoppedKubeletCPU += d
+	}
+	kubelet.Stop()
+	if kubelet, err = node.StartKubelet(); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitNode(4*time.Minute, true); err != nil {
+		t.Fatal(err)
+	}
+	// Give the restarted kubelet a few sync rounds over the pod.
+	time.Sleep(20 * time.Second)
+	p, err := cs.CoreV1().Pods("default").Get(ctx(t), "survivor", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Status.Phase != corev1.PodRunning {
+		t.Errorf("pod after kubelet's restart: %s", p.Status.Phase)
+	}
+	if got := sandboxOf(t, "default", "survivor").Id; got != sb {
+		t.Errorf("pod's sandbox changed across kubelet's restart: %s, was %s", got, sb)
+	}
+	if in, err := rig.RDMAIn(netns); err != nil || len(in) != 1 || in[0] != dev {
+		t.Errorf("pod's RDMA devices after kubelet's restart: %v (%v), want [%s]", in, err, dev)
+	}
+	calls, err := cririg.Calls()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range calls[len(before):] {
+		if c.ContainerID == sb && c.Command != "STATUS" {
+			t.Errorf("kubelet's restart made containerd call %s %s for the running pod", c.Plugin, c.Command)
+		}
+	}
+	deletePod(t, "default", "survivor", metav1.DeleteOptions{})
+	waitHome(t, dev)
+}
+
+// containerd killed and started again with a pod running changes nothing:
+// kubelet keeps the pod and its sandbox, the device stays in its netns, no
+// CNI ADD or DEL runs for it, and deleting it afterwards returns the
+// device through the new containerd.
+func TestContainerdRestart(t *testing.T) {
+	netns, dev := runClassPod(t, "ctd-survivor", "rdma-eth2")
+	sb := sandboxOf(t, "default", "ctd-survivor").Id
+	before, err := cririg.Calls()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, err := cluster.CPUTime(ctd.Pid()); err == nil {
+		stoppedContainerdCPU += d
+	}
+	restarted, err := ctd.Restart()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctd = restarted
+	// Give kubelet a few sync rounds against the new containerd.
+	time.Sleep(20 * time.Second)
+	if err := waitNode(2*time.Minute, true); err != nil {
+		t.Fatal(err)
+	}
+	p, err := cs.CoreV1().Pods("default").Get(ctx(t), "ctd-survivor", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Status.Phase != corev1.PodRunning {
+		t.Errorf("pod after containerd's restart: %s", p.Status.Phase)
+	}
+	if got := sandboxOf(t, "default", "ctd-survivor").Id; got != sb {
+		t.Errorf("pod's sandbox changed across containerd's restart: %s, was %s", got, sb)
+	}
+	if in, err := rig.RDMAIn(netns); err != nil || len(in) != 1 || in[0] != dev {
+		t.Errorf("pod's RDMA devices after containerd's restart: %v (%v), want [%s]", in, err, dev)
+	}
+	calls, err := cririg.Calls()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range calls[len(before):] {
+		if c.ContainerID == sb && c.Command != "STATUS" {
+			t.Errorf("containerd's restart made it call %s %s for the running pod", c.Plugin, c.Command)
+		}
+	}
+	deletePod(t, "default", "ctd-survivor", metav1.DeleteOptions{})
+	waitHome(t, dev)
+}

@@ -1,0 +1,132 @@
+//go:build e2e
+
+package k8s
+
+import (
+	"encoding/json"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/rdma-netns/rdma-netns/e2e/internal/rig"
+	"github.com/rdma-netns/rdma-netns/e2e/k8s/node"
+)
+
+// applyManifest applies a rendered overlay, retrying while the API server
+// does not serve its kind yet (a CRD just created) or the namespace's
+// service account is missing.
+func applyManifest(t *testing.T, name string) {
+	t.Helper()
+	data, err := os.ReadFile(node.ManifestDir + "/" + name + ".yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last error
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		if last = apply(ctx(t), data); last == nil {
+			return
+		}
+		time.Sleep(time.Second)
+	}
+	t.Fatalf("apply %s: %v", name, last)
+}
+
+// rdmaOf is the RDMA device of a VM NIC.
+func rdmaOf(t *testing.T, netdev string) string {
+	t.Helper()
+	nics, err := rig.Layout()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nics {
+		if n.Netdev == netdev {
+			return n.RDMA
+		}
+	}
+	t.Fatalf("the VM has no NIC %s", netdev)
+	return ""
+}
+
+// conf/nad-host-device.yaml and conf/pod-nccl.yaml (overlays: the VM's
+// NIC, static IPAM, the tools image, no GPU, small sizes), run by kubelet
+// through containerd and Multus: the pod is Running with eth0 on the
+// cluster network and net1 with its RDMA device; Multus wrote the
+// network-status annotation through the API server; the container,
+// unprivileged, sees its device alone, memlock unlimited and the annotated
+// /dev/shm (the DaemonSet's NRI plugin); `kubectl delete pod` returns the
+// device.
+func TestNCCLPod(t *testing.T) {
+	dev := rdmaOf(t, "eth1")
+	applyManifest(t, "nad-host-device")
+	created := time.Now()
+	applyManifest(t, "pod-nccl")
+	const ns, name = "default", "nccl-worker-0"
+	waitRunning(t, ns, name, 3*time.Minute)
+	t.Logf("pod Running %s after create (Multus thin, host-device, rdma-netns)", time.Since(created).Round(time.Millisecond))
+
+	sb := sandboxOf(t, ns, name)
+	netns, err := ctd.PodNetns(ctx(t), sb.Id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	links, err := rig.NetdevsIn(netns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rig.Contains(links, "eth0") || !rig.Contains(links, "net1") {
+		t.Errorf("pod's netdevs %v, want eth0 (cluster network) and net1", links)
+	}
+	in, err := rig.RDMAIn(netns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(in) != 1 || in[0] != dev {
+		t.Errorf("pod's netns has RDMA devices %v, want [%s]", in, dev)
+	}
+
+	pod, err := cs.CoreV1().Pods(ns).Get(ctx(t), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw := pod.Annotations["k8s.v1.cni.cncf.io/network-status"]
+	var status []struct {
+		Name      string   `json:"name"`
+		Interface string   `json:"interface"`
+		IPs       []string `json:"ips"`
+	}
+	if err := json.Unmarshal([]byte(raw), &status); err != nil {
+		t.Fatalf("network-status annotation %q: %v", raw, err)
+	}
+	found := false
+	for _, s := range status {
+		if s.Interface == "net1" && s.Name == "default/rdma-net" {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("network-status has no net1 of default/rdma-net:\n%s", raw)
+	}
+	t.Logf("network-status: %s", strings.Join(strings.Fields(raw), " "))
+
+	out, stderr, err := execIn(t, ns, name, "nccl", "ibv_devices")
+	if err != nil {
+		t.Errorf("exec ibv_devices: %v\n%s", err, stderr)
+	} else if devs := verbsDevices(out); len(devs) != 1 || devs[0] != dev {
+		t.Errorf("ibv_devices in the pod lists %v, want [%s]:\n%s", devs, dev, out)
+	}
+	out, stderr, err = execIn(t, ns, name, "nccl", "sh", "-c", "ulimit -l; df -k /dev/shm")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if err != nil || len(lines) < 3 || lines[0] != "unlimited" {
+		t.Errorf("ulimit -l; df -k /dev/shm in the pod: %q (%v) %s, want unlimited and a /dev/shm", out, err, stderr)
+	} else if f := strings.Fields(lines[2]); len(f) < 2 || f[1] != strconv.Itoa(96*1024) {
+		t.Errorf("/dev/shm in the pod: %q, want %d KiB (the annotated 96Mi)", lines[2], 96*1024)
+	}
+
+	deletePod(t, ns, name, metav1.DeleteOptions{})
+	waitHome(t, dev)
+}

@@ -1,0 +1,251 @@
+// Package node runs the e2e cluster's node in the test VM: containerd as
+// e2e/cri/cririg sets it up, and kubelet, named localhost, registered with
+// the API server on the host (package cluster) through the VM's user-mode
+// NIC. It only works inside the test VM booted with vm-run.sh --k8s-api.
+package node
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Paths in the guest: what cluster.Config.GuestDir holds is shipped in the
+// payload as ConfDir.
+const (
+	ConfDir    = "/payload/k8s"
+	Dir        = "/run/k8s-node"
+	KubeletBin = "/usr/local/bin/kubelet"
+	// NodeIP is the guest's address on the user-mode NIC (vm-run.sh).
+	NodeIP = "10.0.2.15"
+	// Name is the node's name (cluster.NodeName).
+	Name = "localhost"
+	// AdminKubeconfig is an admin's kubeconfig for the tests.
+	AdminKubeconfig = ConfDir + "/admin.conf"
+)
+
+// kubeletConfig is the node's KubeletConfiguration. What the test VM needs
+// on top of a node's defaults:
+//   - cgroupfs, as containerd's runc here (no systemd in the guest);
+//   - no local storage accounting: the guest root is an initramfs, whose
+//     capacity cadvisor cannot measure;
+//   - memory the only eviction signal, for the same reason;
+//   - client certificates from the cluster's CA, and the API server's
+//     kubelet client (system:masters) allowed everything.
+const kubeletConfig = `apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+cgroupDriver: cgroupfs
+containerRuntimeEndpoint: unix:///run/containerd/containerd.sock
+authentication:
+  anonymous:
+    enabled: false
+  webhook:
+    enabled: false
+  x509:
+    clientCAFile: ` + ConfDir + `/ca.crt
+authorization:
+  mode: AlwaysAllow
+failSwapOn: false
+localStorageCapacityIsolation: false
+evictionHard:
+  memory.available: 50Mi
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+resolvConf: /etc/resolv.conf
+registerNode: true
+`
+
+// nodeFiles are what a node's root has and the initramfs lacks: kubelet
+// reads /etc/passwd and /etc/group for its user-namespace mappings (the
+// kubelet user's subordinate IDs; it fails to start without them), and
+// cadvisor reports /etc/machine-id as the node's machine ID.
+var nodeFiles = map[string]string{
+	"/etc/passwd":     "root:x:0:0:root:/root:/bin/sh\n",
+	"/etc/group":      "root:x:0:\n",
+	"/etc/machine-id": "5f2e0c5e6b1d4c0a9a7e3d2b1c0f9e8d\n",
+}
+
+// prepareRoot makes the guest's root what a node's is: the files above,
+// and / a shared mount (systemd does that on a node), without which kubelet
+// refuses the DaemonSet's HostToContainer mounts of /run/netns.
+func prepareRoot() error {
+	if err := syscall.Mount("", "/", "", syscall.MS_SHARED|syscall.MS_REC, ""); err != nil {
+		return fmt.Errorf("make / a shared mount: %v", err)
+	}
+	return writeNodeFiles()
+}
+
+func writeNodeFiles() error {
+	for path, content := range nodeFiles {
+		if _, err := os.Stat(path); err == nil {
+			continue
+		}
+		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Kubelet is a running kubelet.
+type Kubelet struct {
+	cmd     *exec.Cmd
+	done    chan struct{}
+	Log     string
+	Started time.Time
+}
+
+// StartKubelet writes the config and starts kubelet (containerd must run).
+func StartKubelet() (*Kubelet, error) {
+	if err := os.MkdirAll(Dir, 0o755); err != nil {
+		return nil, err
+	}
+	if err := prepareRoot(); err != nil {
+		return nil, err
+	}
+	cfg := filepath.Join(Dir, "kubelet.yaml")
+	if err := os.WriteFile(cfg, []byte(kubeletConfig), 0o644); err != nil {
+		return nil, err
+	}
+	k := &Kubelet{Log: filepath.Join(Dir, "kubelet.log"), done: make(chan struct{})}
+	logf, err := os.OpenFile(k.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	k.cmd = exec.Command(KubeletBin,
+		"--config", cfg,
+		"--kubeconfig", filepath.Join(ConfDir, "kubelet.conf"),
+		"--hostname-override", Name,
+		// kubelet refuses a loopback node IP; the API server reaches it as
+		// "localhost" (the host's 127.0.0.1:10250, forwarded here).
+		"--node-ip", NodeIP,
+		"--v", "1")
+	k.cmd.Stdout, k.cmd.Stderr = logf, logf
+	k.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := k.cmd.Start(); err != nil {
+		logf.Close()
+		return nil, fmt.Errorf("start kubelet: %v", err)
+	}
+	k.Started = time.Now()
+	go func() {
+		_ = k.cmd.Wait()
+		logf.Close()
+		close(k.done)
+	}()
+	return k, nil
+}
+
+// Pid is kubelet's process ID.
+func (k *Kubelet) Pid() int { return k.cmd.Process.Pid }
+
+// Alive says whether kubelet is still running.
+func (k *Kubelet) Alive() bool {
+	select {
+	case <-k.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// Stop stops kubelet (SIGTERM, SIGKILL after ten seconds). Pods keep
+// running in containerd, as on a node.
+func (k *Kubelet) Stop() {
+	_ = k.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-k.done:
+	case <-time.After(10 * time.Second):
+		_ = k.cmd.Process.Kill()
+		<-k.done
+	}
+}
+
+// LogTail is the last n lines of kubelet's log, for failure messages.
+func (k *Kubelet) LogTail(n int) string {
+	data, _ := os.ReadFile(k.Log)
+	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// ManifestDir holds the manifests of conf/ as the tests apply them
+// (e2e/k8s/overlays rendered by scripts/k8s/payload.sh) and the
+// DaemonSet's image.
+const ManifestDir = "/payload/k8s-manifests"
+
+// ImportImage imports an OCI archive into containerd's CRI namespace,
+// unpacked for the native snapshotter, as a registry pull would leave it.
+func ImportImage(archive string) error {
+	out, err := exec.Command("/usr/local/bin/ctr", "--address", "/run/containerd/containerd.sock", "-n", "k8s.io",
+		"images", "import", "--local", "--snapshotter", "native", archive).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("ctr images import %s: %v\n%s", archive, err, out)
+	}
+	return nil
+}
+
+// Multus, thin: the binary in /opt/cni/bin and its configuration first in
+// /etc/cni/net.d, so that containerd runs it for every pod. Its delegate,
+// the pods' cluster network (eth0), is a ptp network with host-local IPAM.
+const (
+	MultusConf       = "/etc/cni/net.d/00-multus.conf"
+	MultusKubeconfig = "/etc/cni/net.d/multus.d/multus.kubeconfig"
+	// ClusterSubnet is the pods' cluster network (eth0).
+	ClusterSubnet = "10.244.0.0/24"
+)
+
+// multusConf is 00-multus.conf; binDir is where Multus finds the
+// delegates' plugins (containerd's bin_dirs: the CNI trace's wrappers).
+func multusConf(binDir string) string {
+	return `{
+  "cniVersion": "1.0.0",
+  "name": "multus-cni-network",
+  "type": "multus",
+  "kubeconfig": "` + MultusKubeconfig + `",
+  "binDir": "` + binDir + `",
+  "delegates": [
+    {
+      "cniVersion": "1.0.0",
+      "name": "cluster",
+      "plugins": [
+        {"type": "ptp", "ipam": {"type": "host-local", "subnet": "` + ClusterSubnet + `"}}
+      ]
+    }
+  ]
+}
+`
+}
+
+// InstallMultus writes Multus's kubeconfig (the API server as the node
+// reaches it, the service account's token) and its configuration.
+func InstallMultus(token, binDir string) error {
+	if err := os.MkdirAll(filepath.Dir(MultusKubeconfig), 0o755); err != nil {
+		return err
+	}
+	kc := `apiVersion: v1
+kind: Config
+clusters:
+- name: e2e
+  cluster:
+    server: https://10.0.2.100:6443
+    certificate-authority: ` + ConfDir + `/ca.crt
+users:
+- name: multus
+  user:
+    token: ` + token + `
+contexts:
+- name: multus
+  context: {cluster: e2e, user: multus}
+current-context: multus
+`
+	if err := os.WriteFile(MultusKubeconfig, []byte(kc), 0o600); err != nil {
+		return err
+	}
+	return os.WriteFile(MultusConf, []byte(multusConf(binDir)), 0o644)
+}

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# The Kubernetes e2e payload (make e2e-k8s): the suite's payload
+# (build-payload.sh) plus kubelet and the Kubernetes tests (e2e/k8s),
+# in a directory of its own so that the other VM runs do not carry
+# kubelet's 60 MB. The control plane stays on the host.
+#
+# It also renders the overlays of e2e/k8s/overlays with kubectl kustomize
+# (the manifests of conf/ as the tests apply them) into
+# /payload/k8s-manifests/NAME.yaml, and packs the image `make image` wrote
+# (IMAGE_LAYOUT, an OCI layout) as /payload/k8s-manifests/rdma-netns-image.tar
+# for the test to import: nothing is pulled. The node's /opt/cni/bin has no
+# rdma-netns: the DaemonSet's init container installs it.
+#
+# Usage: payload.sh BASE_PAYLOAD OUTDIR K8S_BIN_DIR IMAGE_LAYOUT
+set -euo pipefail
+base=${1:?usage: payload.sh BASE_PAYLOAD OUTDIR K8S_BIN_DIR}
+out=${2:?usage: payload.sh BASE_PAYLOAD OUTDIR K8S_BIN_DIR}
+bins=${3:?usage: payload.sh BASE_PAYLOAD OUTDIR K8S_BIN_DIR IMAGE_LAYOUT}
+layout=${4:?usage: payload.sh BASE_PAYLOAD OUTDIR K8S_BIN_DIR IMAGE_LAYOUT}
+top=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+export CGO_ENABLED=0
+rm -rf "$out"
+mkdir -p "$(dirname "$out")"
+cp -a "$base" "$out"
+out=$(cd "$out" && pwd)
+# The other suites' programs: every boot unpacks the payload into the
+# guest's RAM, and kubelet is big enough already.
+for f in e2e.test multus.test cri.test nri.test rdma-netns-bench rdma-netns-stress \
+  rdma-netns-floor rdma-netns-cri rdma-netns-nri-demo rdma-cni-upstream rdma-netns-base; do
+  rm -f "$out/bin/$f"
+done
+rm -f "$out/cni/rdma-netns"
+cp "$bins/kubelet" "$out/bin/kubelet"
+# Multus (thin) and the pods' default network (ptp, host-local), at the
+# plugins version go.mod requires; Multus's own manifests for its CRD and RBAC.
+cp "$bins/multus" "$out/cni/multus"
+plugins=$(cd "$top" && go list -m -f '{{.Version}}' github.com/containernetworking/plugins)
+GOBIN="$out/cni" go install \
+  "github.com/containernetworking/plugins/plugins/main/ptp@$plugins" \
+  "github.com/containernetworking/plugins/plugins/ipam/host-local@$plugins"
+mkdir -p "$out/k8s-manifests/multus"
+cp "$bins/../multus-deployments/"*.yml "$out/k8s-manifests/multus/"
+mkdir -p "$out/k8s-manifests"
+for o in "$top"/e2e/k8s/overlays/*/; do
+  "$bins/kubectl" kustomize --load-restrictor LoadRestrictionsNone "$o" > "$out/k8s-manifests/$(basename "$o").yaml"
+done
+tar -C "$layout" -cf "$out/k8s-manifests/rdma-netns-image.tar" .
+printf '[payload] %s\n' "Kubernetes e2e test binary (e2e/k8s, stripped)" >&2
+(cd "$top/e2e/k8s" && go test -c -tags e2e -ldflags '-s -w' -o "$out/bin/k8s.test" .)
