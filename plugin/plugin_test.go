@@ -387,7 +387,7 @@ func TestRepeatedAddIsIdempotent(t *testing.T) {
 func TestDeviceOwnedByAnotherPod(t *testing.T) {
 	e := newEnv(t)
 	a := e.newPod("pod-a", "net1", "virtio", "virtio1")
-	if _, err := e.add(a, e.netconf(a, "1.1.0", nil), ""); err != nil {
+	if _, err := e.add(a, e.netconf(a, "1.1.0", nil), "K8S_POD_NAMESPACE=ml;K8S_POD_NAME=trainer-0"); err != nil {
 		t.Fatal(err)
 	}
 	b := e.newPod("pod-b", "net1", "virtio", "virtio1")
@@ -397,7 +397,8 @@ func TestDeviceOwnedByAnotherPod(t *testing.T) {
 	}{{nil, ""}, {map[string]any{"rdmaDevice": "rxe1"}, ""}, {nil, "rdmaDevice=rxe1"}, {map[string]any{"deviceID": "0000:00:04.0"}, ""}} {
 		before := e.kernel.snapshot()
 		_, err := e.add(b, e.netconf(b, "1.1.0", tc.extra), tc.args)
-		wantErr(t, err, "rdma-net/pod-a/net1", "nothing was changed")
+		// The operator knows the holder by its pod's namespace/name.
+		wantErr(t, err, "rxe1", "held by pod ml/trainer-0", "rdma-net/pod-a/net1", "nothing was changed", "Delete the pod that holds it")
 		if e.kernel.snapshot() != before {
 			t.Fatal("devices changed")
 		}

@@ -131,6 +131,21 @@ func (c *call) hostDevices() ([]rdmadev.Device, error) {
 	return c.hostDevs, nil
 }
 
+// holder names the attachment of rec as the operator knows it: the pod's
+// namespace/name when the runtime passed them (kubelet does, through
+// K8S_POD_*), then the runtime's own key and the netns, which say which
+// sandbox it is when two pods of one name were made in turn.
+func holder(rec *state.Record) string {
+	key := fmt.Sprintf("attachment %s, netns %s", rec.Key, rec.Netns)
+	if rec.K8sPod == "" {
+		return key
+	}
+	return fmt.Sprintf("pod %s/%s (%s)", rec.K8sNamespace, rec.K8sPod, key)
+}
+
+// freeIt is what the operator can do about a device another pod holds.
+const freeIt = "Delete the pod that holds it, or give this pod another NIC or RDMA device"
+
 // liveClaim finds the record of another attachment that still holds the
 // device named name: its netns is the recorded one. Devices in the host
 // were reconciled away before, so a remaining claim is on a device the

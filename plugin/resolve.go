@@ -62,7 +62,7 @@ func (c *call) byName(recs []*state.Record, name, from string) (target, error) {
 	}
 	// Not visible in the host: say who has it when we know.
 	if owner := liveClaim(recs, c.key(), name); owner != nil {
-		return target{}, fmt.Errorf("RDMA device %s (from %s) is attached to %s (netns %s); nothing was changed", name, from, owner.Key, owner.Netns)
+		return target{}, fmt.Errorf("RDMA device %s (from %s) is held by %s; nothing was changed. %s", name, from, holder(owner), freeIt)
 	}
 	in, err := c.p.Kernel.InHost(name)
 	if err != nil {
@@ -104,7 +104,7 @@ func (c *call) nearest(recs []*state.Record, what, path string) (target, error) 
 		return c.found(target{m.Device, fmt.Sprintf("%s: %s", what, m.Relation)}), nil
 	case 0:
 		if owner := ownerOf(recs, c.key(), path, c.p.Sysfs.PCIAddressOf(path)); owner != nil {
-			return target{}, fmt.Errorf("the RDMA device of %s is attached to %s (device %s, netns %s); nothing was changed", what, owner.Key, owner.Device, owner.Netns)
+			return target{}, fmt.Errorf("the RDMA device of %s (%s) is held by %s; nothing was changed. %s", what, owner.Device, holder(owner), freeIt)
 		}
 		return target{}, rdmadev.NoMatch(what, path, devs)
 	default:

@@ -136,7 +136,7 @@ func TestBadInput(t *testing.T) {
 		_, heldRDMA := hostState(t)
 		heldNetdevs, _ := hostState(t)
 		createPod(t, toolsPod("thief", "thief"))
-		msg := waitEvent(t, "default", "thief", held, "is attached to", "nothing was changed")
+		msg := waitEvent(t, "default", "thief", held, "held by pod default/holder", "nothing was changed", "Delete the pod that holds it")
 		t.Logf("event: %s", msg)
 		if p, err := cs.CoreV1().Pods("default").Get(ctx(t), "thief", metav1.GetOptions{}); err != nil || p.Status.Phase != corev1.PodPending {
 			t.Errorf("pod: %v %v, want Pending", p.Status.Phase, err)

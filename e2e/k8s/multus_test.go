@@ -4,6 +4,9 @@ package k8s
 
 import (
 	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -12,6 +15,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/rdma-netns/rdma-netns/e2e/cri/cririg"
 	"github.com/rdma-netns/rdma-netns/e2e/internal/rig"
 	"github.com/rdma-netns/rdma-netns/e2e/k8s/node"
 )
@@ -127,6 +131,64 @@ func TestNCCLPod(t *testing.T) {
 		t.Errorf("/dev/shm in the pod: %q, want %d KiB (the annotated 96Mi)", lines[2], 96*1024)
 	}
 
+	// The DaemonSet's exporter, scraped on the node, labels the pod's
+	// device with the pod's namespace and name.
+	metrics := scrape(t, "http://127.0.0.1:9761/metrics")
+	want := fmt.Sprintf(`host_device=%q,namespace=%q,netdev="net1",pod=%q`, dev, ns, name)
+	if !strings.Contains(metrics, want) {
+		t.Errorf("the exporter's /metrics has no series with %s:\n%s\nrecords:\n%s\nrdma-netns ADDs' CNI_ARGS:\n%s",
+			want, grepLines(metrics, dev), recordFiles(t), addArgs(t))
+	}
+
 	deletePod(t, ns, name, metav1.DeleteOptions{})
 	waitHome(t, dev)
+}
+
+func scrape(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s (%v)", url, resp.Status, err)
+	}
+	return string(body)
+}
+
+func grepLines(text, s string) string {
+	var out []string
+	for _, l := range strings.Split(text, "\n") {
+		if strings.Contains(l, s) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+func recordFiles(t *testing.T) string {
+	t.Helper()
+	var out []string
+	for _, f := range rig.Records(cririg.RecordsDir) {
+		data, _ := os.ReadFile(cririg.RecordsDir + "/" + f)
+		out = append(out, f+": "+string(data))
+	}
+	return strings.Join(out, "\n")
+}
+
+func addArgs(t *testing.T) string {
+	t.Helper()
+	calls, err := cririg.Calls()
+	if err != nil {
+		return err.Error()
+	}
+	var out []string
+	for _, c := range calls {
+		if c.Plugin == "rdma-netns" && c.Command == "ADD" {
+			out = append(out, fmt.Sprintf("%s: %v", c.ContainerID, c.Args))
+		}
+	}
+	return strings.Join(out, "\n")
 }

@@ -53,7 +53,7 @@ func raceAdds(n rig.NIC) {
 			st.raceWins.Add(1)
 			loser := res[1-winner]
 			msg := loser.Msg()
-			if !strings.Contains(msg, n.RDMA) || !(strings.Contains(msg, "attached to") || strings.Contains(msg, "not in the host")) {
+			if !strings.Contains(msg, n.RDMA) || !(strings.Contains(msg, "held by") || strings.Contains(msg, "not in the host")) {
 				failf("race %d: the loser's error does not say who has %s: %q", r, n.RDMA, msg)
 			} else if r == 0 {
 				observe("race loser's error (example): %s", firstLine(msg))
