@@ -3,6 +3,9 @@
 package k8s
 
 import (
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,9 +19,10 @@ import (
 	"github.com/rdma-netns/rdma-netns/e2e/k8s/node"
 )
 
-// runClassPod runs an unprivileged tools pod of the RuntimeClass handler
-// and returns its netns once it is Running with the handler's device.
-func runClassPod(t *testing.T, name, handler string) (netns, dev string) {
+// runClassPod runs an unprivileged tools pod of the RuntimeClass handler,
+// changed by each of edit, and returns its netns once it is Running with
+// the handler's device.
+func runClassPod(t *testing.T, name, handler string, edit ...func(*corev1.Pod)) (netns, dev string) {
 	t.Helper()
 	n, err := cririg.NetworkOf(handler)
 	if err != nil {
@@ -28,6 +32,9 @@ func runClassPod(t *testing.T, name, handler string) (netns, dev string) {
 	pod := toolsPod(name, "")
 	delete(pod.Annotations, "k8s.v1.cni.cncf.io/networks")
 	pod.Spec.RuntimeClassName = &handler
+	for _, e := range edit {
+		e(pod)
+	}
 	createPod(t, pod)
 	waitRunning(t, "default", name, 3*time.Minute)
 	netns = mustNetns(t, "default", name)
@@ -162,5 +169,73 @@ func TestContainerdRestart(t *testing.T) {
 		}
 	}
 	deletePod(t, "default", "ctd-survivor", metav1.DeleteOptions{})
+	waitHome(t, dev)
+}
+
+// uverbsOf is the uverbs node (uverbsN) of an RDMA device, read from the
+// host's sysfs while the device is there.
+func uverbsOf(t *testing.T, dev string) string {
+	t.Helper()
+	dirs, _ := filepath.Glob("/sys/class/infiniband_verbs/uverbs*")
+	for _, d := range dirs {
+		if ibdev, err := os.ReadFile(filepath.Join(d, "ibdev")); err == nil && strings.TrimSpace(string(ibdev)) == dev {
+			return filepath.Base(d)
+		}
+	}
+	t.Fatalf("no uverbs node of %s in the host's sysfs (%d nodes)", dev, len(dirs))
+	return ""
+}
+
+// A container that exits non-zero is restarted in place by kubelet
+// (restartPolicy Always): same sandbox, so no CNI call, and the pod's netns
+// keeps its device; the new container gets from the NRI plugin, again, its
+// device's uverbs node and rdma_cm in /dev/infiniband and memlock
+// unlimited. The container's first start leaves a marker in an emptyDir
+// and exits 1; its second start finds it and stays up.
+func TestCrashRestart(t *testing.T) {
+	n, err := cririg.NetworkOf("rdma-eth2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	uverbs := uverbsOf(t, n.RDMA)
+	started := time.Now()
+	netns, dev := runClassPod(t, "crasher", "rdma-eth2", func(p *corev1.Pod) {
+		p.Spec.Volumes = []corev1.Volume{{Name: "state", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+		c := &p.Spec.Containers[0]
+		c.VolumeMounts = []corev1.VolumeMount{{Name: "state", MountPath: "/state"}}
+		c.Command = []string{"sh", "-c", "if [ -e /state/crashed ]; then exec sleep 3600; fi; touch /state/crashed; exit 1"}
+	})
+	sb := sandboxOf(t, "default", "crasher").Id
+	var last corev1.ContainerStatus
+	err = cririg.Wait(3*time.Minute, "container of default/crasher restarted and running", func() (bool, error) {
+		p, err := cs.CoreV1().Pods("default").Get(ctx(t), "crasher", metav1.GetOptions{})
+		if err != nil || len(p.Status.ContainerStatuses) != 1 {
+			return false, err
+		}
+		last = p.Status.ContainerStatuses[0]
+		return last.RestartCount >= 1 && last.State.Running != nil, nil
+	})
+	if err != nil {
+		t.Fatalf("%v\nlast status: %+v\nevents:\n%s", err, last, events(t, "default", "crasher"))
+	}
+	t.Logf("container restarted (restartCount %d) and running %s after create", last.RestartCount, time.Since(started).Round(time.Millisecond))
+	if got := sandboxOf(t, "default", "crasher").Id; got != sb {
+		t.Errorf("pod's sandbox changed across the container's restart: %s, was %s", got, sb)
+	}
+	if in, err := rig.RDMAIn(netns); err != nil || len(in) != 1 || in[0] != dev {
+		t.Errorf("pod's RDMA devices after the container's restart: %v (%v), want [%s]", in, err, dev)
+	}
+	if hostHas(t, dev) {
+		t.Errorf("%s is in the host netns with the pod running", dev)
+	}
+	out, stderr, err := execIn(t, "default", "crasher", "tools", "sh", "-c", "ls /dev/infiniband; ulimit -l")
+	f := strings.Fields(out)
+	if err != nil || len(f) == 0 || f[len(f)-1] != "unlimited" {
+		t.Errorf("ulimit -l in the restarted container: %q (%v) %s, want unlimited", out, err, stderr)
+	}
+	if !rig.Contains(f, uverbs) || !rig.Contains(f, "rdma_cm") {
+		t.Errorf("/dev/infiniband in the restarted container: %q, want %s (of %s) and rdma_cm", out, uverbs, dev)
+	}
+	deletePod(t, "default", "crasher", metav1.DeleteOptions{})
 	waitHome(t, dev)
 }
