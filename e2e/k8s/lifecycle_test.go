@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -238,4 +239,117 @@ func TestCrashRestart(t *testing.T) {
 	}
 	deletePod(t, "default", "crasher", metav1.DeleteOptions{})
 	waitHome(t, dev)
+}
+
+// classDeployment makes a Deployment of unprivileged tools pods of the
+// RuntimeClass handler, at 0 replicas.
+func classDeployment(t *testing.T, name, handler string) {
+	t.Helper()
+	pod := toolsPod("", "")
+	delete(pod.Annotations, "k8s.v1.cni.cncf.io/networks")
+	pod.Spec.RuntimeClassName = &handler
+	labels := map[string]string{"app": name}
+	zero := int32(0)
+	d := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: &zero,
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: pod.Spec},
+		},
+	}
+	if _, err := cs.AppsV1().Deployments("default").Create(ctx(t), d, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("deployment %s: %v", name, err)
+	}
+}
+
+// scale sets a Deployment's replicas through its scale subresource, as
+// `kubectl scale` does.
+func scale(t *testing.T, name string, replicas int32) {
+	t.Helper()
+	s, err := cs.AppsV1().Deployments("default").GetScale(ctx(t), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Spec.Replicas = replicas
+	if _, err := cs.AppsV1().Deployments("default").UpdateScale(ctx(t), name, s, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("scale %s to %d: %v", name, replicas, err)
+	}
+}
+
+// podsOf lists the pods of a Deployment.
+func podsOf(t *testing.T, name string) []corev1.Pod {
+	t.Helper()
+	list, err := cs.CoreV1().Pods("default").List(ctx(t), metav1.ListOptions{LabelSelector: "app=" + name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return list.Items
+}
+
+// Deployments scaled 0 -> 2 pods -> 0 across two NICs: a Deployment's
+// pods share one template, and with no device plugin to hand each replica
+// its own NIC, the two NICs are two Deployments, one per RuntimeClass
+// (rdma-eth1, rdma-eth2), scaled together from 0 to 1 and back. At 2 pods
+// both are Running, each pod's netns holds its NIC's RDMA device alone and
+// the host holds neither; at 0 both devices are back on the host and no
+// attachment record is left.
+func TestDeploymentScale(t *testing.T) {
+	applyRuntimeClasses(t)
+	want := map[string]string{} // Deployment -> RDMA device
+	for _, handler := range []string{"rdma-eth1", "rdma-eth2"} {
+		n, err := cririg.NetworkOf(handler)
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := "scale-" + handler
+		want[name] = n.RDMA
+		classDeployment(t, name, handler)
+		defer cs.AppsV1().Deployments("default").Delete(ctx(t), name, metav1.DeleteOptions{})
+	}
+	if want["scale-rdma-eth1"] == want["scale-rdma-eth2"] {
+		t.Fatalf("rdma-eth1 and rdma-eth2 have the same RDMA device %s", want["scale-rdma-eth1"])
+	}
+
+	started := time.Now()
+	for name := range want {
+		scale(t, name, 1)
+	}
+	for name, dev := range want {
+		var pods []corev1.Pod
+		err := cririg.Wait(3*time.Minute, "one Running pod of "+name, func() (bool, error) {
+			pods = podsOf(t, name)
+			return len(pods) == 1 && pods[0].Status.Phase == corev1.PodRunning, nil
+		})
+		if err != nil {
+			t.Fatalf("%v\npods: %d\nkubelet log:\n%s", err, len(pods), kubelet.LogTail(30))
+		}
+		netns := mustNetns(t, "default", pods[0].Name)
+		if in, err := rig.RDMAIn(netns); err != nil || len(in) != 1 || in[0] != dev {
+			t.Errorf("pod %s: RDMA devices %v (%v), want [%s]", pods[0].Name, in, err, dev)
+		}
+		if hostHas(t, dev) {
+			t.Errorf("%s is in the host netns with pod %s running", dev, pods[0].Name)
+		}
+	}
+	t.Logf("scaled 0 -> 2 pods: both Running with their devices %s after the scale", time.Since(started).Round(time.Millisecond))
+
+	started = time.Now()
+	for name := range want {
+		scale(t, name, 0)
+	}
+	for name, dev := range want {
+		if err := cririg.Wait(2*time.Minute, "the pods of "+name+" gone", func() (bool, error) {
+			return len(podsOf(t, name)) == 0, nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		waitHome(t, dev)
+	}
+	t.Logf("scaled 2 -> 0 pods: both gone and both devices on the host %s after the scale", time.Since(started).Round(time.Millisecond))
+	if err := cririg.Wait(time.Minute, "no attachment record left", func() (bool, error) {
+		return len(rig.Records(cririg.RecordsDir)) == 0, nil
+	}); err != nil {
+		t.Errorf("%v: %s", err, recordFiles(t))
+	}
 }
