@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -56,28 +55,7 @@ func run(m *testing.M) int {
 // printCalls prints how often containerd called each plugin with each
 // command over the whole run (the notes on what containerd does).
 func printCalls() {
-	calls, err := cririg.Calls()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "cni trace:", err)
-		return
-	}
-	counts := map[string]int{}
-	for _, c := range calls {
-		k := c.Plugin + " " + c.Command
-		if c.Command == "DEL" && c.Netns == "" {
-			k += " (no netns)"
-		}
-		counts[k]++
-	}
-	keys := make([]string, 0, len(counts))
-	for k := range counts {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	fmt.Println("=== CNI calls containerd made during the CRI tests ===")
-	for _, k := range keys {
-		fmt.Printf("%-32s %d\n", k, counts[k])
-	}
+	cririg.PrintCallCounts("CNI calls containerd made during the CRI tests")
 }
 
 func ctx(t *testing.T) context.Context {

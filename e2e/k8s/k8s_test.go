@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"sort"
 	"testing"
 	"time"
 
@@ -216,24 +215,7 @@ func printCPU() {
 // printCalls prints how often kubelet's runtime called each CNI plugin
 // with each command (the notes on what a real node does).
 func printCalls() {
-	calls, err := cririg.Calls()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "cni trace:", err)
-		return
-	}
-	counts := map[string]int{}
-	for _, c := range calls {
-		counts[c.Plugin+" "+c.Command]++
-	}
-	keys := make([]string, 0, len(counts))
-	for k := range counts {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	fmt.Println("=== CNI calls containerd made for kubelet during the Kubernetes tests ===")
-	for _, k := range keys {
-		fmt.Printf("%-32s %d\n", k, counts[k])
-	}
+	cririg.PrintCallCounts("CNI calls containerd made for kubelet during the Kubernetes tests")
 }
 
 func ctx(t *testing.T) context.Context {

@@ -3,8 +3,10 @@ package cririg
 import (
 	"bufio"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -226,4 +228,28 @@ func allGone(pids []int) bool {
 		}
 	}
 	return len(pids) > 0
+}
+
+// PrintCallCounts prints, under title, how often the runtime called each
+// plugin with each command over the whole trace (a DEL without a netns,
+// as RemovePodSandbox makes it, apart), for the notes on what a real
+// runtime does. A trace that cannot be read is said on stderr.
+func PrintCallCounts(title string) {
+	calls, err := Calls()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "cni trace:", err)
+		return
+	}
+	counts := map[string]int{}
+	for _, c := range calls {
+		k := c.Plugin + " " + c.Command
+		if c.Command == "DEL" && c.Netns == "" {
+			k += " (no netns)"
+		}
+		counts[k]++
+	}
+	fmt.Printf("=== %s ===\n", title)
+	for _, k := range slices.Sorted(maps.Keys(counts)) {
+		fmt.Printf("%-32s %d\n", k, counts[k])
+	}
 }
