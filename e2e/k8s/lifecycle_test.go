@@ -12,6 +12,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/rdma-netns/rdma-netns/e2e/cri/cririg"
@@ -267,12 +268,18 @@ func classDeployment(t *testing.T, name, handler string) {
 // `kubectl scale` does.
 func scale(t *testing.T, name string, replicas int32) {
 	t.Helper()
-	s, err := cs.AppsV1().Deployments("default").GetScale(ctx(t), name, metav1.GetOptions{})
+	// The Deployment controller writes the object too (its status, right
+	// after create): read and write again on a conflict, as kubectl does.
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		s, err := cs.AppsV1().Deployments("default").GetScale(ctx(t), name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		s.Spec.Replicas = replicas
+		_, err = cs.AppsV1().Deployments("default").UpdateScale(ctx(t), name, s, metav1.UpdateOptions{})
+		return err
+	})
 	if err != nil {
-		t.Fatal(err)
-	}
-	s.Spec.Replicas = replicas
-	if _, err := cs.AppsV1().Deployments("default").UpdateScale(ctx(t), name, s, metav1.UpdateOptions{}); err != nil {
 		t.Fatalf("scale %s to %d: %v", name, replicas, err)
 	}
 }
