@@ -335,16 +335,21 @@ func (cp *ControlPlane) CPU() map[string]time.Duration {
 // ten seconds.
 func (cp *ControlPlane) Stop() {
 	for i := len(cp.procs) - 1; i >= 0; i-- {
-		p := cp.procs[i]
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-p.done:
-		case <-time.After(10 * time.Second):
-			_ = p.cmd.Process.Kill()
-			<-p.done
-		}
+		Terminate(cp.procs[i].cmd, cp.procs[i].done)
 	}
 	cp.procs = nil
+}
+
+// Terminate stops the process of cmd, whose waiter closes done: SIGTERM,
+// then SIGKILL after ten seconds. It returns once the process is gone.
+func Terminate(cmd *exec.Cmd, done <-chan struct{}) {
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+	}
 }
 
 // CPUTime is the CPU time (user + system, all threads) process pid has

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/rdma-netns/rdma-netns/e2e/k8s/cluster"
 )
 
 // Paths in the guest: what cluster.Config.GuestDir holds is shipped in the
@@ -155,13 +157,7 @@ func (k *Kubelet) Alive() bool {
 // Stop stops kubelet (SIGTERM, SIGKILL after ten seconds). Pods keep
 // running in containerd, as on a node.
 func (k *Kubelet) Stop() {
-	_ = k.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-k.done:
-	case <-time.After(10 * time.Second):
-		_ = k.cmd.Process.Kill()
-		<-k.done
-	}
+	cluster.Terminate(k.cmd, k.done)
 }
 
 // LogTail is the last n lines of kubelet's log, for failure messages.
