@@ -68,12 +68,16 @@ e2e: payload
 
 ## e2e-k8s: a one-node Kubernetes cluster (scripts/k8s/build.sh builds and
 ## caches its binaries): etcd, kube-apiserver, kube-controller-manager and
-## kube-scheduler on the host's loopback (port K8S_APISERVER_PORT), kubelet
+## kube-scheduler on the host's loopback (ports K8S_APISERVER_PORT,
+## K8S_ETCD_PORT and the next; K8S_KUBELET_PORT forwarded to kubelet; other
+## ports let two runs share a machine), kubelet
 ## and containerd in the test VM, which reaches nothing but the API server
 ## (vm-run.sh --k8s-api); the tests (e2e/k8s) drive it through the API.
 ## The DaemonSet runs the image `make image` builds (K8S_IMAGE, amd64),
 ## imported into the node's containerd.
 K8S_APISERVER_PORT ?= 16443
+K8S_ETCD_PORT      ?= 12379
+K8S_KUBELET_PORT   ?= 10250
 K8S_PAYLOAD := $(OUT)/vm-k8s
 K8S_IMAGE   := rdma-netns.test/rdma-netns:e2e
 e2e-k8s: payload
@@ -82,8 +86,8 @@ e2e-k8s: payload
 	scripts/k8s/payload.sh $(PAYLOAD) $(K8S_PAYLOAD) "$$K8S_BIN_DIR" $(OUT)/k8s-image; \
 	$(GO) -C e2e/k8s build -o $(abspath $(OUT))/rdma-netns-k8s-cluster ./cmd/rdma-netns-k8s-cluster; \
 	$(OUT)/rdma-netns-k8s-cluster -bin-dir "$$K8S_BIN_DIR" -dir $(OUT)/k8s -guest-dir $(K8S_PAYLOAD)/k8s \
-	  -apiserver-port $(K8S_APISERVER_PORT) -- \
-	  $(VM_RUN) --memory 4096 --k8s-api $(K8S_APISERVER_PORT) --payload $(K8S_PAYLOAD) -- 'k8s.test $(E2E_FLAGS)'
+	  -apiserver-port $(K8S_APISERVER_PORT) -etcd-port $(K8S_ETCD_PORT) -kubelet-port $(K8S_KUBELET_PORT) -- \
+	  $(VM_RUN) --memory 4096 --k8s-api $(K8S_APISERVER_PORT) --kubelet-port $(K8S_KUBELET_PORT) --payload $(K8S_PAYLOAD) -- 'k8s.test $(E2E_FLAGS)'
 
 .PHONY: e2e-k8s
 

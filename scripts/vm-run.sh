@@ -11,7 +11,7 @@
 # --k8s-api PORT adds a user-mode NIC on which the guest reaches exactly one
 # address, 10.0.2.100:6443, forwarded to the host's 127.0.0.1:PORT (the e2e
 # cluster's API server), and the host's 127.0.0.1:10250 (--kubelet-port)
-# reaches the guest's kubelet. Nothing else leaves the guest.
+# reaches the guest's kubelet on the same port. Nothing else leaves the guest.
 #
 # CMD and ARGS are joined with spaces and run by the guest's `sh -c` (like
 # ssh does), so both `-- /payload/test.sh -v` and `-- 'a && b'` work.
@@ -243,7 +243,7 @@ done
 if [ -n "$K8S_API" ]; then
   printf '#!/bin/sh\nexec socat - TCP:127.0.0.1:%s\n' "$K8S_API" > "$WORK/apiserver-fwd"
   chmod 0755 "$WORK/apiserver-fwd"
-  NIC_ARGS+=(-netdev "user,id=hostnet,restrict=on,guestfwd=tcp:10.0.2.100:6443-cmd:$WORK/apiserver-fwd,hostfwd=tcp:127.0.0.1:$KUBELET_PORT-:10250"
+  NIC_ARGS+=(-netdev "user,id=hostnet,restrict=on,guestfwd=tcp:10.0.2.100:6443-cmd:$WORK/apiserver-fwd,hostfwd=tcp:127.0.0.1:$KUBELET_PORT-:$KUBELET_PORT"
              -device "virtio-net-pci,netdev=hostnet,addr=0x1f,romfile=")
 fi
 

@@ -12,7 +12,7 @@ import (
 )
 
 // execIn runs argv in a container as `kubectl exec` does: the API server
-// proxies it to kubelet (the host's 127.0.0.1:10250, forwarded into the
+// proxies it to kubelet (the host's 127.0.0.1:<kubelet port>, forwarded into the
 // VM), which has containerd run it. It returns stdout and stderr.
 func execIn(t *testing.T, ns, pod, container string, argv ...string) (string, string, error) {
 	t.Helper()

@@ -30,12 +30,13 @@ import (
 
 // The addresses the guest uses: vm-run.sh's user-mode NIC forwards
 // GuestAPIServer to the host's API server port, and the host's
-// 127.0.0.1:KubeletPort to the guest's kubelet (exec, logs). The node is
+// 127.0.0.1:KubeletPort to the guest's kubelet (exec, logs): kubelet
+// listens on the same port in the guest and reports it in the Node's
+// status, which is where the API server takes the port from. The node is
 // named localhost, and the API server prefers the Hostname address, so it
-// dials localhost:10250 (kubelet refuses a loopback --node-ip).
+// dials localhost:KubeletPort (kubelet refuses a loopback --node-ip).
 const (
 	GuestAPIServer = "10.0.2.100:6443"
-	KubeletPort    = 10250
 	NodeName       = "localhost"
 	ServiceCIDR    = "10.96.0.0/16"
 	// serviceIP is the kubernetes Service's address, the first of ServiceCIDR.
@@ -51,7 +52,14 @@ type Config struct {
 	GuestDir      string
 	APIServerPort int
 	EtcdPort      int // client port; the peer port is the next one
+	// KubeletPort is kubelet's port, the same on the host (forwarded) and
+	// in the guest; written to GuestDir/kubelet-port for the node. Distinct
+	// ports let two suites run side by side on one machine.
+	KubeletPort int
 }
+
+// DefaultKubeletPort is kubelet's usual port.
+const DefaultKubeletPort = 10250
 
 // ControlPlane is the running control plane.
 type ControlPlane struct {
@@ -73,7 +81,10 @@ type proc struct {
 // server, the controller-manager and the scheduler. On error what was
 // started is stopped.
 func Start(cfg Config) (*ControlPlane, error) {
-	for _, p := range []int{cfg.APIServerPort, cfg.EtcdPort, cfg.EtcdPort + 1, KubeletPort} {
+	if cfg.KubeletPort == 0 {
+		cfg.KubeletPort = DefaultKubeletPort
+	}
+	for _, p := range []int{cfg.APIServerPort, cfg.EtcdPort, cfg.EtcdPort + 1, cfg.KubeletPort} {
 		if err := portFree(p); err != nil {
 			return nil, err
 		}
@@ -105,6 +116,9 @@ func Start(cfg Config) (*ControlPlane, error) {
 		}
 	}
 	if err := copyFile(filepath.Join(pki, "ca.crt"), filepath.Join(cfg.GuestDir, "ca.crt")); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(cfg.GuestDir, "kubelet-port"), []byte(strconv.Itoa(cfg.KubeletPort)+"\n"), 0o644); err != nil {
 		return nil, err
 	}
 	ok := false
@@ -176,7 +190,7 @@ func (cp *ControlPlane) apiserverArgs(pki string) []string {
 		"--kubelet-client-key", f("apiserver-kubelet-client.key"),
 		// The node is "localhost" and its InternalIP is the guest's
 		// user-mode address, which the host cannot reach: Hostname first
-		// makes exec and logs go to 127.0.0.1:10250, forwarded to kubelet.
+		// makes exec and logs go to 127.0.0.1:KubeletPort, forwarded to kubelet.
 		"--kubelet-preferred-address-types", "Hostname,InternalIP",
 		"--cert-dir", filepath.Join(cp.cfg.Dir, "apiserver-certs"),
 		// The kubernetes Service's endpoint would be 127.0.0.1, which the

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -118,12 +119,18 @@ func StartKubelet() (*Kubelet, error) {
 	if err != nil {
 		return nil, err
 	}
+	port, err := kubeletPort()
+	if err != nil {
+		logf.Close()
+		return nil, err
+	}
 	k.cmd = exec.Command(KubeletBin,
 		"--config", cfg,
+		"--port", port,
 		"--kubeconfig", filepath.Join(ConfDir, "kubelet.conf"),
 		"--hostname-override", Name,
 		// kubelet refuses a loopback node IP; the API server reaches it as
-		// "localhost" (the host's 127.0.0.1:10250, forwarded here).
+		// "localhost" (the host's 127.0.0.1:<port>, forwarded here).
 		"--node-ip", NodeIP,
 		"--v", "1")
 	k.cmd.Stdout, k.cmd.Stderr = logf, logf
@@ -139,6 +146,21 @@ func StartKubelet() (*Kubelet, error) {
 		close(k.done)
 	}()
 	return k, nil
+}
+
+// kubeletPort is the port the cluster chose (ConfDir/kubelet-port): the
+// host forwards the same port here, and the API server dials the one
+// kubelet reports in the Node's status.
+func kubeletPort() (string, error) {
+	data, err := os.ReadFile(filepath.Join(ConfDir, "kubelet-port"))
+	if err != nil {
+		return "", fmt.Errorf("kubelet's port: %v (written by the cluster, rdma-netns-k8s-cluster -guest-dir)", err)
+	}
+	port := strings.TrimSpace(string(data))
+	if _, err := strconv.Atoi(port); err != nil {
+		return "", fmt.Errorf("kubelet's port %q in %s/kubelet-port is not a number", port, ConfDir)
+	}
+	return port, nil
 }
 
 // Pid is kubelet's process ID.
