@@ -2,6 +2,8 @@ package conf
 
 import (
 	"os"
+	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -406,5 +408,29 @@ func TestChartSchedulingAndImage(t *testing.T) {
 		if c.Image != "ghcr.io/rdma-netns/rdma-netns@"+digest || c.ImagePullPolicy != corev1.PullAlways {
 			t.Errorf("container %s: image %s, pull policy %s", c.Name, c.Image, c.ImagePullPolicy)
 		}
+	}
+}
+
+// helm lint finds what it should in a copy of the chart with a broken
+// Chart.yaml, in Helm 3 and Helm 4: a clean lint above means something.
+func TestChartLintFindsProblems(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "rdma-netns")
+	if err := os.CopyFS(dir, os.DirFS(helmchart.ChartDir)); err != nil {
+		t.Fatal(err)
+	}
+	meta, err := os.ReadFile(filepath.Join(dir, "Chart.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	broken := regexp.MustCompile(`(?m)^version: .*$`).ReplaceAll(meta, []byte("version: first"))
+	if err := os.WriteFile(filepath.Join(dir, "Chart.yaml"), broken, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for v, lint := range map[string]func(string, map[string]any) error{"helm 4": helmchart.Lint, "helm 3": lintHelm3} {
+		err := lint(dir, nil)
+		if err == nil || !strings.Contains(err.Error(), "first") {
+			t.Errorf("%s lint of a chart with version %q: %v", v, "first", err)
+		}
+		t.Logf("%s: %v", v, err)
 	}
 }
