@@ -434,3 +434,35 @@ func TestChartLintFindsProblems(t *testing.T) {
 		t.Logf("%s: %v", v, err)
 	}
 }
+
+// The objects go to the release's namespace, named after the release, and
+// the ServiceMonitor looks for the Service there.
+func TestChartReleaseNamespace(t *testing.T) {
+	out, err := helmchart.RenderRelease(helmchart.ChartDir, "rdma", "rdma-system", values("exporter.serviceMonitor.enabled", true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := decodeManifests("rendered", []byte(out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range objs {
+		switch obj := o.obj.(type) {
+		case *appsv1.DaemonSet:
+			if obj.Namespace != "rdma-system" || obj.Name != "rdma-rdma-netns" {
+				t.Errorf("DaemonSet %s/%s, want rdma-system/rdma-rdma-netns", obj.Namespace, obj.Name)
+			}
+		case *corev1.Service:
+			if obj.Namespace != "rdma-system" {
+				t.Errorf("Service in %s", obj.Namespace)
+			}
+		case *serviceMonitor:
+			if obj.Namespace != "rdma-system" || !slices.Equal(obj.Spec.NamespaceSelector.MatchNames, []string{"rdma-system"}) {
+				t.Errorf("ServiceMonitor in %s watching %v", obj.Namespace, obj.Spec.NamespaceSelector.MatchNames)
+			}
+		}
+	}
+	if len(objs) != 3 {
+		t.Errorf("objects %v, want the DaemonSet, Service and ServiceMonitor", kindsOf(objs))
+	}
+}
