@@ -33,13 +33,17 @@ func TestNCCLTraffic(t *testing.T) {
 		{name: "nccl-worker-1", podOverlay: "pod-nccl-eth2", nadOverlay: "nad-host-device-eth2", network: "rdma-net-eth2", nic: "eth2"},
 	}
 	const ns = "default"
+	// `kubectl delete pod --grace-period=1`: the workers' `sleep
+	// infinity`, their PID 1, ignores SIGTERM, and the default 30 s would
+	// only be waited out.
+	grace := metav1.DeleteOptions{GracePeriodSeconds: new(int64(1))}
 	for _, w := range workers {
 		w.dev = rdmaOf(t, w.nic)
 		applyManifest(t, w.nadOverlay)
 		applyManifest(t, w.podOverlay)
 	}
 	for _, w := range workers {
-		t.Cleanup(func() { deletePod(t, ns, w.name, metav1.DeleteOptions{GracePeriodSeconds: new(int64(1))}) })
+		t.Cleanup(func() { deletePod(t, ns, w.name, grace) })
 	}
 	for _, w := range workers {
 		waitRunning(t, ns, w.name, 3*time.Minute)
@@ -69,10 +73,7 @@ func TestNCCLTraffic(t *testing.T) {
 	t.Logf("ib_write_bw %s -> %s's memory: %d iters of %d bytes, average %.2f MB/s, peak %.2f MB/s",
 		cli.name, srv.name, bw.Iters, bw.Bytes, bw.AverageMBps, bw.PeakMBps)
 
-	// `kubectl delete pod --grace-period=1`: the workers' `sleep
-	// infinity`, their PID 1, ignores SIGTERM, and the default 30 s would
-	// only be waited out. Both deletes are issued before either is awaited.
-	grace := metav1.DeleteOptions{GracePeriodSeconds: new(int64(1))}
+	// Both deletes are issued before either is awaited.
 	for _, w := range workers {
 		if err := cs.CoreV1().Pods(ns).Delete(ctx(t), w.name, grace); err != nil {
 			t.Fatal(err)
@@ -85,9 +86,13 @@ func TestNCCLTraffic(t *testing.T) {
 }
 
 // checkWorker: the worker's container runs with no capability and no
-// privilege escalation, and lists its own RDMA device alone.
+// privilege escalation, and lists its own RDMA device alone, which the
+// node no longer has.
 func checkWorker(t *testing.T, ns string, w *ncclWorker) {
 	t.Helper()
+	if hostHas(t, w.dev) {
+		t.Errorf("%s: %s is still in the node's netns with the pod running", w.name, w.dev)
+	}
 	out, stderr, err := execIn(t, ns, w.name, "nccl", "ibv_devices")
 	if err != nil {
 		t.Fatalf("%s: exec ibv_devices: %v\n%s", w.name, err, stderr)
