@@ -87,20 +87,28 @@ K8S_ETCD_PORT      ?= 12379
 K8S_KUBELET_PORT   ?= 10250
 K8S_PAYLOAD := $(OUT)/vm-k8s
 K8S_IMAGE   := rdma-netns.test/rdma-netns:e2e
+# What the node runs once it is up: the tests, or (make demo) the demo
+# script with kubectl, which the payload then carries too.
+K8S_GUEST_CMD = k8s.test $(E2E_FLAGS)
+K8S_KUBECTL   =
 e2e-k8s: payload
 	$(MAKE) image IMAGE=$(K8S_IMAGE) PLATFORMS=linux/amd64 IMAGE_LAYOUT=$(OUT)/k8s-image
 	@set -e; eval "$$(scripts/k8s/build.sh --print-env)"; \
 	scripts/k8s/payload.sh $(PAYLOAD) $(K8S_PAYLOAD) "$$K8S_BIN_DIR" $(OUT)/k8s-image; \
+	if [ -n "$(K8S_KUBECTL)" ]; then cp "$$K8S_BIN_DIR/kubectl" $(K8S_PAYLOAD)/bin/kubectl; fi; \
 	$(GO) -C e2e/k8s build -o $(abspath $(OUT))/rdma-netns-k8s-cluster ./cmd/rdma-netns-k8s-cluster; \
 	$(OUT)/rdma-netns-k8s-cluster -bin-dir "$$K8S_BIN_DIR" -dir $(OUT)/k8s -guest-dir $(K8S_PAYLOAD)/k8s \
 	  -apiserver-port $(K8S_APISERVER_PORT) -etcd-port $(K8S_ETCD_PORT) -kubelet-port $(K8S_KUBELET_PORT) -- \
-	  $(VM_RUN) --memory 4096 --k8s-api $(K8S_APISERVER_PORT) --kubelet-port $(K8S_KUBELET_PORT) --payload $(K8S_PAYLOAD) -- 'k8s.test $(E2E_FLAGS)'
+	  $(VM_RUN) --memory 4096 --k8s-api $(K8S_APISERVER_PORT) --kubelet-port $(K8S_KUBELET_PORT) --payload $(K8S_PAYLOAD) -- '$(K8S_GUEST_CMD)'
 
 .PHONY: e2e-k8s
 
-## demo: the seed story in the test VM: a pod gets its NIC and RDMA device.
-demo: payload
-	@$(VM_RUN) --nics 3 --payload $(PAYLOAD) -- /payload/demo.sh
+## demo: the story as a user meets it, on the e2e-k8s cluster (same build,
+## caches and ports): once the node is up, scripts/guest/demo.sh runs there
+## with kubectl: cnitool briefly, then two NCCL pods, their devices, RDMA
+## traffic between them, and the devices back after kubectl delete.
+demo:
+	@$(MAKE) --no-print-directory e2e-k8s K8S_GUEST_CMD='k8s.test -demo /payload/demo.sh' K8S_KUBECTL=1
 
 ## bench: cost of ADD/DEL against the kernel's own cost of the move and
 ## against upstream rdma-cni (built from the Go module proxy at

@@ -47,7 +47,6 @@ GOBIN="$out/bin" go install -trimpath -ldflags '-s -w' -tags "no_btrfs no_devmap
   "github.com/containerd/containerd/v2/cmd/ctr@$CONTAINERD_VERSION"
 (cd e2e/cri && go test -c -tags e2e -ldflags '-s -w' -o "$out/bin/cri.test" . &&
   go test -c -tags e2e -ldflags '-s -w' -o "$out/bin/nri.test" ./nri &&
-  go build -trimpath -ldflags '-s -w' -o "$out/bin/rdma-netns-nri-demo" ./cmd/rdma-netns-nri-demo &&
   go build -trimpath -ldflags '-s -w' -o "$out/bin/rdma-netns-pause" ./cmd/pause &&
   go build -trimpath -ldflags '-s -w' -o "$out/bin/rdma-netns-cri" ./cmd/rdma-netns-cri)
 rm -rf "$out/containerd"

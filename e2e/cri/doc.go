@@ -6,7 +6,7 @@
 //
 // cririg is the reusable rig (containerd's lifecycle, images, pods,
 // containers, exec); cmd/pause is the pods' pause program; cmd/rdma-netns-cri
-// is the demo, the bench and the stress mode that kill containerd mid
+// is the bench and the stress mode that kill containerd mid
 // RunPodSandbox; the tests (build tag e2e) are the scenarios `make test`
 // runs.
 package cri

@@ -4,11 +4,15 @@ package k8s
 
 import (
 	"bytes"
+	"context"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/remotecommand"
+
+	"github.com/rdma-netns/rdma-netns/e2e/internal/rig"
 )
 
 // execIn runs argv in a container as `kubectl exec` does: the API server
@@ -16,6 +20,10 @@ import (
 // VM), which has containerd run it. It returns stdout and stderr.
 func execIn(t *testing.T, ns, pod, container string, argv ...string) (string, string, error) {
 	t.Helper()
+	return execCtx(ctx(t), ns, pod, container, argv...)
+}
+
+func execCtx(ctx context.Context, ns, pod, container string, argv ...string) (string, string, error) {
 	req := cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(ns).Name(pod).SubResource("exec").
 		VersionedParams(&corev1.PodExecOptions{Container: container, Command: argv, Stdout: true, Stderr: true}, scheme.ParameterCodec)
 	ex, err := remotecommand.NewSPDYExecutor(restCfg, "POST", req.URL())
@@ -23,6 +31,16 @@ func execIn(t *testing.T, ns, pod, container string, argv ...string) (string, st
 		return "", "", err
 	}
 	var out, errb bytes.Buffer
-	err = ex.StreamWithContext(ctx(t), remotecommand.StreamOptions{Stdout: &out, Stderr: &errb})
+	err = ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &out, Stderr: &errb})
 	return out.String(), errb.String(), err
+}
+
+// execRunner runs commands in a container through execCtx, for rig's
+// traffic helpers; a command still running after its timeout is cut off.
+func execRunner(ns, pod, container string) rig.Runner {
+	return func(ctx context.Context, timeout time.Duration, argv ...string) (string, string, error) {
+		ctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		return execCtx(ctx, ns, pod, container, argv...)
+	}
 }

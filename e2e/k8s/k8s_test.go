@@ -4,6 +4,7 @@ package k8s
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"testing"
@@ -37,6 +38,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	flag.Parse()
 	os.Exit(run(m))
 }
 
@@ -89,6 +91,9 @@ func run(m *testing.M) int {
 	fmt.Printf("node %s Ready %s after kubelet started\n", node.Name, time.Since(kubelet.Started).Round(time.Second))
 	if err := setupMultus(bin); err != nil {
 		return fail("multus", err)
+	}
+	if *demo != "" {
+		return runDemo(*demo)
 	}
 	rc := m.Run()
 	printCalls()

@@ -3,7 +3,6 @@
 package k8s
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -93,26 +92,8 @@ func TestNCCLPod(t *testing.T) {
 		t.Errorf("pod's netns has RDMA devices %v, want [%s]", in, dev)
 	}
 
-	pod, err := cs.CoreV1().Pods(ns).Get(ctx(t), name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw := pod.Annotations["k8s.v1.cni.cncf.io/network-status"]
-	var status []struct {
-		Name      string   `json:"name"`
-		Interface string   `json:"interface"`
-		IPs       []string `json:"ips"`
-	}
-	if err := json.Unmarshal([]byte(raw), &status); err != nil {
-		t.Fatalf("network-status annotation %q: %v", raw, err)
-	}
-	found := false
-	for _, s := range status {
-		if s.Interface == "net1" && s.Name == "default/rdma-net" {
-			found = true
-		}
-	}
-	if !found {
+	status, raw := networkStatus(t, ns, name)
+	if attachment(status, "default/rdma-net", "net1") == nil {
 		t.Errorf("network-status has no net1 of default/rdma-net:\n%s", raw)
 	}
 	t.Logf("network-status: %s", strings.Join(strings.Fields(raw), " "))

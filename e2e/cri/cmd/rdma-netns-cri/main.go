@@ -1,7 +1,6 @@
 // Command rdma-netns-cri runs rdma-netns under containerd, driven over CRI
 // as kubelet would, in the test VM (e2e/cri/cririg):
 //
-//	rdma-netns-cri demo                 `make demo`: two pods, their containers, RDMA traffic, devices back
 //	rdma-netns-cri bench [-rounds N]    `make bench`: pod start and stop with and without rdma-netns
 //	rdma-netns-cri stress [-rounds N]   `make stress`: containerd SIGKILLed in the middle of RunPodSandbox
 package main
@@ -17,8 +16,6 @@ func main() {
 	}
 	var err error
 	switch os.Args[1] {
-	case "demo":
-		err = demo(os.Args[2:])
 	case "bench":
 		err = bench(os.Args[2:])
 	case "stress":
@@ -33,6 +30,6 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: rdma-netns-cri demo|bench|stress [flags]")
+	fmt.Fprintln(os.Stderr, "usage: rdma-netns-cri bench|stress [flags]")
 	os.Exit(2)
 }

@@ -1,0 +1,114 @@
+package rig
+
+// Verbs traffic between two containers, whatever runs commands in them:
+// containerd's ExecSync (e2e/cri) or the API server's exec through kubelet
+// (e2e/k8s). The tools run inside the containers, as a workload would.
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Runner runs argv in one side's container, waiting up to timeout, and
+// returns what it printed; a non-zero exit status is an error.
+type Runner func(ctx context.Context, timeout time.Duration, argv ...string) (stdout, stderr string, err error)
+
+// Peer is one side of verbs traffic between containers: how to run a
+// command in its container, the RDMA device it opens by name (as
+// NCCL_IB_HCA does) and its pod's address on that device's netdev.
+type Peer struct {
+	Run Runner
+	Dev string
+	IP  string
+}
+
+// VerbsTimeout bounds one side of a verbs tool run under the VM's
+// emulated CPU.
+const VerbsTimeout = 2 * time.Minute
+
+// serve starts the server side of a verbs tool and returns once it listens
+// on TCP 18515 (both tools exchange QP numbers there first); wait returns
+// the server's output once it has exited.
+func serve(ctx context.Context, p Peer, argv []string) (wait func() (string, error), err error) {
+	var wg sync.WaitGroup
+	var out string
+	var runErr error
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		var so, se string
+		so, se, runErr = p.Run(ctx, VerbsTimeout, argv...)
+		out = so + se
+	}()
+	wait = func() (string, error) {
+		wg.Wait()
+		return out, runErr
+	}
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		tcp, _, err := p.Run(ctx, 10*time.Second, "cat", "/proc/net/tcp", "/proc/net/tcp6")
+		if err == nil && listening.MatchString(tcp) {
+			return wait, nil
+		}
+	}
+	// The server never listened: it exited (its error says why) or hangs
+	// until VerbsTimeout.
+	sout, serr := wait()
+	return nil, fmt.Errorf("%s server on %s did not listen on TCP 18515 within 30s: %v\n%s", argv[0], p.Dev, serr, sout)
+}
+
+// PingPongBetween runs ibv_rc_pingpong (RC send/receive, iters round trips
+// of size bytes) from cli to srv and returns the client's figures; a run
+// that did not complete every iteration is an error.
+func PingPongBetween(ctx context.Context, srv, cli Peer, size, iters int) (PingPong, error) {
+	wait, err := serve(ctx, srv, PingPongArgs(srv.Dev, size, iters, ""))
+	if err != nil {
+		return PingPong{}, err
+	}
+	co, ce, cerr := cli.Run(ctx, VerbsTimeout, PingPongArgs(cli.Dev, size, iters, srv.IP)...)
+	sout, serr := wait()
+	if cerr != nil || serr != nil {
+		return PingPong{}, fmt.Errorf("ibv_rc_pingpong %s -> %s: client: %v\n%s%s\nserver: %v\n%s", cli.Dev, srv.Dev, cerr, co, ce, serr, sout)
+	}
+	pp, err := ParsePingPong(co + ce)
+	if err != nil {
+		return pp, err
+	}
+	if pp.Iters != iters {
+		return pp, fmt.Errorf("ibv_rc_pingpong: %d iterations, want %d:\n%s%s", pp.Iters, iters, co, ce)
+	}
+	return pp, nil
+}
+
+// WriteBWBetween runs ib_write_bw (iters RDMA WRITEs of size bytes) from
+// cli into srv's memory and returns the client's figures. perftest
+// calibrates its clock at start, which sometimes fails under the VM's
+// emulated CPU ("Correlation coefficient r^2", 0 MB/s although every write
+// completed): such a run is repeated, twice at most.
+func WriteBWBetween(ctx context.Context, srv, cli Peer, size, iters int) (WriteBW, error) {
+	for try := 0; ; try++ {
+		wait, err := serve(ctx, srv, WriteBWArgs(srv.Dev, size, iters, ""))
+		if err != nil {
+			return WriteBW{}, err
+		}
+		co, ce, cerr := cli.Run(ctx, VerbsTimeout, WriteBWArgs(cli.Dev, size, iters, srv.IP)...)
+		sout, serr := wait()
+		out := co + ce
+		if cerr != nil || serr != nil {
+			return WriteBW{}, fmt.Errorf("ib_write_bw %s -> %s: client: %v\n%s\nserver: %v\n%s", cli.Dev, srv.Dev, cerr, out, serr, sout)
+		}
+		if strings.Contains(out, "Correlation coefficient r^2") && try < 2 {
+			continue
+		}
+		bw, err := ParseWriteBW(out)
+		if err != nil {
+			return bw, err
+		}
+		if bw.Iters != iters || bw.Bytes != size {
+			return bw, fmt.Errorf("ib_write_bw: %d iterations of %d bytes, want %d of %d:\n%s", bw.Iters, bw.Bytes, iters, size, out)
+		}
+		return bw, nil
+	}
+}
