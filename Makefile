@@ -11,7 +11,7 @@ LDFLAGS := -X github.com/containernetworking/plugins/pkg/utils/buildversion.Buil
 
 export CGO_ENABLED = 0
 
-.PHONY: all build test unit lint e2e e2e-exclusive e2e-shared demo payload vm-prepare clean
+.PHONY: all build test unit lint manifests e2e e2e-exclusive e2e-shared demo payload vm-prepare clean
 
 all: build
 
@@ -44,6 +44,12 @@ lint:
 	cd e2e/multus && $(GO) vet -tags e2e ./...
 	cd e2e/cri && $(GO) vet -tags e2e ./...
 	cd e2e/k8s && $(GO) vet -tags e2e ./...
+
+## manifests: conf/daemonset.yaml and conf/exporter-servicemonitor.yaml
+## rendered from the Helm chart conf/helm/rdma-netns (conf's tests fail
+## when they differ from it).
+manifests:
+	cd conf && $(GO) run ./cmd/manifests
 
 ## unit: go vet, gofmt, and the unit tests of the plugin and of conf/.
 unit: lint

@@ -179,7 +179,7 @@ func TestBinaryLinksOnlyTheCNIPath(t *testing.T) {
 		t.Fatalf("go list -deps: %v", err)
 	}
 	for _, pkg := range strings.Fields(string(out)) {
-		for _, banned := range []string{"github.com/containerd/", "github.com/prometheus/", "google.golang.org/", "github.com/tetratelabs/", "github.com/sirupsen/", "/pkg/nriplugin", "/pkg/podadjust", "/pkg/exporter", "k8s.io/"} {
+		for _, banned := range []string{"github.com/containerd/", "github.com/prometheus/", "google.golang.org/", "github.com/tetratelabs/", "github.com/sirupsen/", "/pkg/nriplugin", "/pkg/podadjust", "/pkg/exporter", "k8s.io/", "helm.sh/"} {
 			if strings.Contains(pkg, banned) {
 				t.Errorf("the CNI binary links %s", pkg)
 			}

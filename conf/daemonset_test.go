@@ -330,7 +330,7 @@ func checkNRI(spec corev1.PodSpec) error {
 		if err := pfl.Parse(flags); err != nil {
 			return fmt.Errorf("the init container's NRI flags %q: %w", flags, err)
 		}
-		if pre.Memlock != o.Memlock || pre.ShmSize != o.ShmSize || pre.LogLevel != o.LogLevel {
+		if pre.Memlock != o.Memlock || pre.ShmSize != o.ShmSize || pre.LogLevel != o.LogLevel || pre.SandboxRoots != o.SandboxRoots {
 			return fmt.Errorf("the pre-installed plugin's flags %q differ from the container's %q: pods would get other limits after a runtime restart", flags, c.Command[1:])
 		}
 	}
@@ -364,8 +364,10 @@ func checkNRI(spec corev1.PodSpec) error {
 	if err := need("/var/run/netns", "the runtime names pod network namespaces there", true, true); err != nil {
 		return err
 	}
-	if err := need("/run/containerd/io.containerd.grpc.v1.cri/sandboxes", "containerd keeps each pod's /dev/shm tmpfs there and the plugin remounts it", false, true); err != nil {
-		return err
+	for _, root := range strings.Split(o.SandboxRoots, ",") {
+		if err := need(root, "a --sandbox-root: the runtime keeps each pod's /dev/shm tmpfs there and the plugin remounts it", false, true); err != nil {
+			return err
+		}
 	}
 	for p := range mounts {
 		return fmt.Errorf("mount %s: the plugin does not need it", p)
@@ -394,8 +396,12 @@ func TestNRIContainer(t *testing.T) {
 			c.Command = []string{"/rdma-netns-nri", "--shm-size", "1GB"}
 		}, "--shm-size"},
 		{"socket elsewhere", func(c *corev1.Container, _ *corev1.PodSpec) {
-			c.Command = []string{"/rdma-netns-nri", "--socket", "/run/nri/nri.sock"}
+			c.Command = slices.Replace(slices.Clone(c.Command), 2, 3, "/run/nri/nri.sock")
 		}, "/run/nri is not mounted"},
+		{"sandbox root not mounted", func(c *corev1.Container, s *corev1.PodSpec) {
+			s.InitContainers[0].Command = slices.Replace(slices.Clone(s.InitContainers[0].Command), 18, 19, "/run/containers/storage/overlay-containers")
+			c.Command = slices.Replace(slices.Clone(c.Command), 8, 9, "/run/containers/storage/overlay-containers")
+		}, "/run/containers/storage/overlay-containers is not mounted"},
 		{"netns without propagation", func(c *corev1.Container, _ *corev1.PodSpec) { c.VolumeMounts[1].MountPropagation = nil }, "HostToContainer"},
 		{"sandboxes read-only", func(c *corev1.Container, _ *corev1.PodSpec) { c.VolumeMounts[2].ReadOnly = true }, "readOnly true, want false"},
 		{"more than it needs", func(c *corev1.Container, _ *corev1.PodSpec) {
@@ -407,7 +413,7 @@ func TestNRIContainer(t *testing.T) {
 		}, "only SYS_ADMIN"},
 		{"no nri container", func(c *corev1.Container, _ *corev1.PodSpec) { c.Command = []string{"/rdma-netns-exporter"} }, "no container runs"},
 		{"pre-installed copy sized otherwise", func(c *corev1.Container, _ *corev1.PodSpec) {
-			c.Command = []string{"/rdma-netns-nri", "--socket", "/var/run/nri/nri.sock", "--memlock", "unlimited", "--shm-size", "2Gi"}
+			c.Command = slices.Replace(slices.Clone(c.Command), 6, 7, "2Gi")
 		}, "differ from the container's"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,0 +1,50 @@
+{{/* The DaemonSet's name: the release name when it already says rdma-netns. */}}
+{{- define "rdma-netns.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "rdma-netns.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* The one image every container runs: by digest when one is given. */}}
+{{- define "rdma-netns.image" -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.image.repository (toString .Values.image.tag) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Where a host directory is mounted in the installer: under /host. */}}
+{{- define "rdma-netns.hostMount" -}}
+{{- printf "/host%s" (trimSuffix "/" .) -}}
+{{- end -}}
+
+{{/*
+The NRI plugin's policy flags, as a JSON list: the same for the DaemonSet's
+nri container and the copy installed into the runtime, so a pod gets the
+same limits whichever instance serves it.
+*/}}
+{{- define "rdma-netns.nriFlags" -}}
+{{- $n := .Values.nri -}}
+{{- list "--memlock" (toString $n.memlock) "--shm-size" (toString $n.shmSize) "--sandbox-root" $n.sandboxRoot "--log-level" $n.logLevel | toJson -}}
+{{- end -}}
+
+{{/* The init container's command: install the plugin, and the NRI plugin with its flags. */}}
+{{- define "rdma-netns.installCommand" -}}
+{{- $cmd := list "/rdma-netns" "install" "--dest" (include "rdma-netns.hostMount" .Values.cniBinDir) -}}
+{{- if and .Values.nri.enabled .Values.nri.preinstalled -}}
+{{- $cmd = concat $cmd (list "--nri" "/rdma-netns-nri" "--nri-plugin-dir" (include "rdma-netns.hostMount" .Values.nri.pluginDir) "--nri-conf-dir" (include "rdma-netns.hostMount" .Values.nri.confDir) "--nri-index" (toString .Values.nri.index) "--") (include "rdma-netns.nriFlags" . | fromJsonArray) -}}
+{{- end -}}
+{{- toJson $cmd -}}
+{{- end -}}
