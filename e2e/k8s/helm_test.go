@@ -155,18 +155,21 @@ func sha(t *testing.T, path string) string {
 	return hex.EncodeToString(s[:8])
 }
 
-// checkRDMAPod checks what a RuntimeClass pod holding dev has from inside
-// its container: the device alone in ibv_devices; with the NRI plugin
-// also its uverbs node and rdma_cm in /dev/infiniband, memlock unlimited
+// checkRDMAPod checks what a RuntimeClass pod holding dev (runClassPod
+// checked its netns) has from inside its container with the NRI plugin:
+// the device alone in ibv_devices, its uverbs node and rdma_cm in /dev/infiniband, memlock unlimited
 // and /dev/shm of the chart's default shm size (1Gi).
 func checkRDMAPod(t *testing.T, name, dev, uverbs string, nri bool) {
 	t.Helper()
+	if !nri {
+		// libibverbs lists only devices whose /dev/infiniband node the
+		// container has: without the NRI plugin the pod spec asks for them
+		// (conf/pod-nccl-by-hand.yaml), so only the netns tells.
+		return
+	}
 	out, stderr, err := execIn(t, "default", name, "tools", "ibv_devices")
 	if devs := verbsDevices(out); err != nil || len(devs) != 1 || devs[0] != dev {
 		t.Errorf("ibv_devices in pod %s: %v (%v) %s, want [%s]", name, devs, err, stderr, dev)
-	}
-	if !nri {
-		return
 	}
 	out, stderr, err = execIn(t, "default", name, "tools", "sh", "-c", "ls /dev/infiniband; ulimit -l; df -k /dev/shm | tail -1")
 	f := strings.Fields(out)
