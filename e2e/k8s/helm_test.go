@@ -3,6 +3,7 @@
 package k8s
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -68,8 +69,11 @@ func helmInstall(t *testing.T, tag string, set ...string) *corev1.Pod {
 	for _, s := range set {
 		args = append(args, "--set", s)
 	}
+	start := time.Now()
 	helm(t, args...)
-	return waitDSPod(t, tag)
+	p := waitDSPod(t, tag)
+	t.Logf("helm install -> the DaemonSet pod Ready: %s", time.Since(start).Round(100*time.Millisecond))
+	return p
 }
 
 // helmUninstall is `helm uninstall` and waits for the DaemonSet's pod to go.
@@ -145,14 +149,35 @@ func wantContainers(t *testing.T, p *corev1.Pod, want ...string) {
 	}
 }
 
-func sha(t *testing.T, path string) string {
+// installed is the content of the CNI binary on the node.
+func installed(t *testing.T) []byte {
 	t.Helper()
-	data, err := os.ReadFile(path)
+	data, err := os.ReadFile(cniBinary)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return data
+}
+
+func short(data []byte) string {
 	s := sha256.Sum256(data)
-	return hex.EncodeToString(s[:8])
+	return hex.EncodeToString(s[:6])
+}
+
+// waitNoRecords waits for the plugin's records to be gone: a pod's DEL
+// removes its record after it returned the device.
+func waitNoRecords(t *testing.T) {
+	t.Helper()
+	if err := cririg.Wait(time.Minute, "no attachment record left", func() (bool, error) {
+		return len(rig.Records(cririg.RecordsDir)) == 0, nil
+	}); err != nil {
+		var recs []string
+		for _, r := range rig.Records(cririg.RecordsDir) {
+			data, _ := os.ReadFile(filepath.Join(cririg.RecordsDir, r))
+			recs = append(recs, r+": "+string(data))
+		}
+		t.Errorf("%v:\n%s", err, strings.Join(recs, "\n"))
+	}
 }
 
 // checkRDMAPod checks what a RuntimeClass pod holding dev (runClassPod
@@ -265,9 +290,9 @@ func helmExporterOff(t *testing.T) {
 	helmUninstall(t)
 }
 
-// binaries are the CNI binary's hashes of the two builds, learnt as each
-// is installed.
-var binaries = map[string]string{}
+// binaries are the CNI binary of the two builds, read as each is
+// installed.
+var binaries = map[string][]byte{}
 
 // `helm upgrade` from an earlier build to this one while two pods hold the
 // devices of eth1 and eth2 and exchange RDMA traffic (ibv_rc_pingpong):
@@ -279,22 +304,24 @@ func helmUpgrade(t *testing.T) {
 	if err := node.ImportImage(oldImageTar); err != nil {
 		t.Fatal(err)
 	}
-	binaries[newTag] = sha(t, cniBinary) // the last install was this build's
+	binaries[newTag] = installed(t) // the last install was this build's
 	helmInstall(t, oldTag)
-	binaries[oldTag] = sha(t, cniBinary)
-	if binaries[oldTag] == binaries[newTag] {
-		t.Fatalf("the two builds install the same binary (%s): the upgrade would prove nothing", binaries[oldTag])
+	binaries[oldTag] = installed(t)
+	if bytes.Equal(binaries[oldTag], binaries[newTag]) {
+		t.Fatalf("the two builds install the same binary (%s): the upgrade would prove nothing", short(binaries[oldTag]))
 	}
 	srv, cli := trafficPods(t, "up-a", "up-b")
 	traffic := startTraffic(t, srv, cli)
 	defer traffic.stop()
 	watch := watchBinary(t, binaries[oldTag], binaries[newTag])
+	start := time.Now()
 	helm(t, "upgrade", release, chartDir, "-n", dsNamespace, "--reuse-values", "--set", "image.tag="+newTag)
 	waitDSPod(t, newTag)
+	t.Logf("helm upgrade -> the new DaemonSet pod Ready: %s", time.Since(start).Round(100*time.Millisecond))
 	seen := watch.stop()
 	t.Logf("binary watched across the upgrade: %s", seen)
-	if got := sha(t, cniBinary); got != binaries[newTag] {
-		t.Errorf("after the upgrade %s is %s, want the new build's %s", cniBinary, got, binaries[newTag])
+	if got := installed(t); !bytes.Equal(got, binaries[newTag]) {
+		t.Errorf("after the upgrade %s is %s, want the new build's %s", cniBinary, short(got), short(binaries[newTag]))
 	}
 	traffic.check(t, "after the upgrade")
 	for _, ep := range []rig.Endpoint{srv, cli} {
@@ -307,9 +334,7 @@ func helmUpgrade(t *testing.T) {
 	deletePod(t, "default", "up-b", metav1.DeleteOptions{})
 	waitHome(t, srv.Dev)
 	waitHome(t, cli.Dev)
-	if recs := rig.Records(cririg.RecordsDir); len(recs) != 0 {
-		t.Errorf("records left after the new binary's DEL: %v", recs)
-	}
+	waitNoRecords(t)
 }
 
 // `helm rollback` to the first revision (the earlier build) with a pod
@@ -320,11 +345,12 @@ func helmRollback(t *testing.T) {
 	_, dev := runClassPod(t, "rollback", "rdma-eth1")
 	helm(t, "rollback", release, "1", "-n", dsNamespace)
 	waitDSPod(t, oldTag)
-	if got := sha(t, cniBinary); got != binaries[oldTag] {
-		t.Errorf("after the rollback %s is %s, want the earlier build's %s", cniBinary, got, binaries[oldTag])
+	if got := installed(t); !bytes.Equal(got, binaries[oldTag]) {
+		t.Errorf("after the rollback %s is %s, want the earlier build's %s", cniBinary, short(got), short(binaries[oldTag]))
 	}
 	deletePod(t, "default", "rollback", metav1.DeleteOptions{})
 	waitHome(t, dev)
+	waitNoRecords(t)
 }
 
 // `helm uninstall` with a pod holding its device: the DaemonSet and its pod
@@ -346,9 +372,7 @@ func helmUninstallWithPod(t *testing.T) {
 	}
 	deletePod(t, "default", "uninstall", metav1.DeleteOptions{})
 	waitHome(t, dev)
-	if recs := rig.Records(cririg.RecordsDir); len(recs) != 0 {
-		t.Errorf("records left after the pod's delete: %v", recs)
-	}
+	waitNoRecords(t)
 }
 
 // trafficPods runs two RuntimeClass pods, on eth1 and eth2, and returns
@@ -380,7 +404,7 @@ type binaryWatch struct {
 // IN_MOVED_TO; a write in place as IN_CREATE, IN_MODIFY or
 // IN_CLOSE_WRITE), and its content read over and over as the runtime
 // would, each read being one of the two builds. A violation fails t.
-func watchBinary(t *testing.T, hashes ...string) *binaryWatch {
+func watchBinary(t *testing.T, builds ...[]byte) *binaryWatch {
 	t.Helper()
 	ev, err := newDirEvents(filepath.Dir(cniBinary), filepath.Base(cniBinary))
 	if err != nil {
@@ -407,22 +431,25 @@ func watchBinary(t *testing.T, hashes ...string) *binaryWatch {
 				case len(bad) != 0 || len(events) == 0:
 					t.Errorf("%s was not replaced by one rename: %s", cniBinary, s)
 				}
-				for h := range reads {
-					if !rig.Contains(hashes, h) {
-						t.Errorf("%s read as neither build (a partial file): %s", cniBinary, s)
-					}
+				if reads["neither build"] != 0 {
+					t.Errorf("%s read as neither build (missing or partial): %s", cniBinary, s)
 				}
 				w.res <- s
 				return
 			default:
 			}
-			if data, err := os.ReadFile(cniBinary); err != nil {
-				reads["error: "+err.Error()]++
-			} else {
-				s := sha256.Sum256(data)
-				reads[hex.EncodeToString(s[:8])]++
+			data, err := os.ReadFile(cniBinary)
+			switch {
+			case err != nil:
+				reads["neither build"]++
+			case bytes.Equal(data, builds[0]):
+				reads["earlier build"]++
+			case bytes.Equal(data, builds[1]):
+				reads["this build"]++
+			default:
+				reads["neither build"]++
 			}
-			time.Sleep(50 * time.Millisecond)
+			time.Sleep(100 * time.Millisecond)
 		}
 	}()
 	return w
@@ -444,11 +471,14 @@ type trafficRun struct {
 func startTraffic(t *testing.T, srv, cli rig.Endpoint) *trafficRun {
 	t.Helper()
 	const iters = 100000000
-	s, err := rig.StartServer(srv, rig.PingPongArgs(srv.Dev, 4096, iters, "")...)
+	// -e: wait for completions on the channel instead of polling the CQ,
+	// which would keep both vCPUs of the emulated node busy and starve
+	// kubelet and containerd during the upgrade.
+	s, err := rig.StartServer(srv, append(rig.PingPongArgs(srv.Dev, 4096, iters, ""), "-e")...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := rig.Start(rig.InPod(cli.Netns, rig.PingPongArgs(cli.Dev, 4096, iters, srv.IP)...))
+	c, err := rig.Start(rig.InPod(cli.Netns, append(rig.PingPongArgs(cli.Dev, 4096, iters, srv.IP), "-e")...))
 	if err != nil {
 		s.Kill()
 		t.Fatal(err)
