@@ -226,7 +226,8 @@ func runAndCheck(t *testing.T, name string, nri bool) {
 // to another build while two pods hold devices and exchange RDMA traffic;
 // a rollback; and the uninstall with a pod still holding its device. It
 // starts by removing TestMain's `kubectl apply` install and ends with the
-// chart installed with its defaults, which render that same DaemonSet.
+// chart installed with its defaults, which render that same DaemonSet, as
+// the other tests expect.
 func TestHelm(t *testing.T) {
 	removeApplied(t)
 	if _, err := os.Stat(cniBinary); err != nil {
@@ -236,12 +237,13 @@ func TestHelm(t *testing.T) {
 		name string
 		run  func(*testing.T)
 	}{
-		{"InstallDefaults", helmDefaults},
 		{"InstallNRIOff", helmNRIOff},
 		{"InstallExporterOff", helmExporterOff},
 		{"UpgradeWithTraffic", helmUpgrade},
 		{"Rollback", helmRollback},
 		{"Uninstall", helmUninstallWithPod},
+		// Last: it stays installed for the other tests.
+		{"InstallDefaults", helmDefaults},
 	}
 	for _, s := range steps {
 		if !t.Run(s.name, s.run) {
@@ -249,34 +251,41 @@ func TestHelm(t *testing.T) {
 			t.Fatalf("%s failed; the steps after it need its state", s.name)
 		}
 	}
-	// The state the other tests expect: rdma-netns installed with the
-	// defaults (conf/daemonset.yaml is that rendering).
-	helmInstall(t, newTag)
 }
 
 // `helm install` with only the image set: the init container installs the
-// binary (this build's), the exporter and NRI containers are Ready, and an
-// RDMA pod gets its device, its device nodes, memlock and /dev/shm.
+// binary (this build's) and pre-installs the NRI plugin, the exporter and
+// NRI containers are Ready, and an RDMA pod gets its device, its device
+// nodes, memlock and /dev/shm. The release stays installed.
 func helmDefaults(t *testing.T) {
+	before, _ := os.Stat(nriPreinstall) // an earlier install's, left
 	p := helmInstall(t, newTag)
 	wantContainers(t, p, "exporter", "nri")
 	out, err := exec.Command(cniBinary).CombinedOutput()
 	if !strings.Contains(string(out), "rdma-netns") {
 		t.Errorf("installed rdma-netns does not run: %v\n%s", err, out)
 	}
-	if _, err := os.Stat(nriPreinstall); err != nil {
+	if after, err := os.Stat(nriPreinstall); err != nil {
 		t.Errorf("nri.preinstalled defaults to true, but the plugin is not in the runtime's directory: %v", err)
+	} else if before != nil && os.SameFile(before, after) {
+		t.Errorf("%s is the file an earlier install left, not this install's copy", nriPreinstall)
 	}
 	runAndCheck(t, "helm-defaults", true)
-	helmUninstall(t)
 }
 
 // nri.enabled=false: the DaemonSet runs the exporter alone, and a pod still
 // gets its device (its device nodes and limits are then the pod's own
-// business, conf/pod-nccl-by-hand.yaml).
+// business, conf/pod-nccl-by-hand.yaml). The NRI plugin an earlier
+// install pre-installed into the runtime is not removed.
 func helmNRIOff(t *testing.T) {
 	p := helmInstall(t, newTag, "nri.enabled=false")
 	wantContainers(t, p, "exporter")
+	// What an install with the defaults pre-installed (TestMain's apply)
+	// stays (conf/README.md says how to remove it): the runtime launches it
+	// at its next start.
+	if _, err := os.Stat(nriPreinstall); err != nil {
+		t.Errorf("the earlier install's pre-installed NRI plugin: %v, want it left", err)
+	}
 	runAndCheck(t, "helm-nri-off", false)
 	helmUninstall(t)
 }
