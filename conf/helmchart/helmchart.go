@@ -27,6 +27,11 @@ const (
 // schema is enforced), and returns the manifest: YAML documents each
 // headed by "# Source: rdma-netns/templates/FILE".
 func Render(dir string, vals map[string]any) (string, error) {
+	return RenderRelease(dir, ReleaseName, Namespace, vals)
+}
+
+// RenderRelease is Render for the release name in namespace.
+func RenderRelease(dir, name, namespace string, vals map[string]any) (string, error) {
 	ch, err := loader.Load(dir)
 	if err != nil {
 		return "", fmt.Errorf("load the chart %s: %w", dir, err)
@@ -34,8 +39,8 @@ func Render(dir string, vals map[string]any) (string, error) {
 	install := action.NewInstall(action.NewConfiguration())
 	install.DryRunStrategy = action.DryRunClient
 	install.Replace = true // no release store to check the name against
-	install.ReleaseName = ReleaseName
-	install.Namespace = Namespace
+	install.ReleaseName = name
+	install.Namespace = namespace
 	rel, err := install.Run(ch, vals)
 	if err != nil {
 		return "", fmt.Errorf("render the chart %s: %w", dir, err)
