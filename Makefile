@@ -91,10 +91,14 @@ K8S_IMAGE   := rdma-netns.test/rdma-netns:e2e
 # script with kubectl, which the payload then carries too.
 K8S_GUEST_CMD = k8s.test $(E2E_FLAGS)
 K8S_KUBECTL   =
+# The chart's upgrade and rollback tests go from the image of this commit
+# (scripts/k8s/image-at.sh builds and caches it) to this checkout's.
+K8S_UPGRADE_FROM ?= 89f7e3dda6eb58d643697defefdb7179e5799a89
 e2e-k8s: payload
 	$(MAKE) image IMAGE=$(K8S_IMAGE) PLATFORMS=linux/amd64 IMAGE_LAYOUT=$(OUT)/k8s-image
 	@set -e; eval "$$(scripts/k8s/build.sh --print-env)"; \
-	scripts/k8s/payload.sh $(PAYLOAD) $(K8S_PAYLOAD) "$$K8S_BIN_DIR" $(OUT)/k8s-image; \
+	K8S_UPGRADE_LAYOUT=$$(scripts/k8s/image-at.sh $(K8S_UPGRADE_FROM) rdma-netns.test/rdma-netns:upgrade-from); \
+	K8S_HELM="$$K8S_HELM" K8S_UPGRADE_LAYOUT="$$K8S_UPGRADE_LAYOUT" scripts/k8s/payload.sh $(PAYLOAD) $(K8S_PAYLOAD) "$$K8S_BIN_DIR" $(OUT)/k8s-image; \
 	if [ -n "$(K8S_KUBECTL)" ]; then cp "$$K8S_BIN_DIR/kubectl" $(K8S_PAYLOAD)/bin/kubectl; fi; \
 	$(GO) -C e2e/k8s build -o $(abspath $(OUT))/rdma-netns-k8s-cluster ./cmd/rdma-netns-k8s-cluster; \
 	$(OUT)/rdma-netns-k8s-cluster -bin-dir "$$K8S_BIN_DIR" -dir $(OUT)/k8s -guest-dir $(K8S_PAYLOAD)/k8s \

@@ -151,8 +151,20 @@ func install() error {
 	if err := apply(ctx, data); err != nil {
 		return fmt.Errorf("apply conf/daemonset.yaml: %v", err)
 	}
+	if _, err := waitDaemonSetPod(ctx, ""); err != nil {
+		return err
+	}
+	fmt.Printf("rdma-netns DaemonSet's pod Ready %s after the import and apply began\n", time.Since(started).Round(time.Second))
+	return nil
+}
+
+// waitDaemonSetPod waits for the DaemonSet to have one pod, Ready, whose
+// containers run image (any if ""), and returns it. After an upgrade the
+// old pod is gone first (the DaemonSet replaces it).
+func waitDaemonSetPod(ctx context.Context, image string) (*corev1.Pod, error) {
 	var last string
-	err = cririg.Wait(4*time.Minute, "the DaemonSet's pod Ready", func() (bool, error) {
+	var ready *corev1.Pod
+	err := cririg.Wait(4*time.Minute, "the DaemonSet's pod Ready", func() (bool, error) {
 		pods, err := cs.CoreV1().Pods(dsNamespace).List(ctx, metav1.ListOptions{LabelSelector: dsSelector})
 		if err != nil || len(pods.Items) != 1 {
 			last = fmt.Sprintf("%d pods (%v)", len(pods.Items), err)
@@ -160,8 +172,14 @@ func install() error {
 		}
 		p := pods.Items[0]
 		last = fmt.Sprintf("%s: %s %+v", p.Name, p.Status.Phase, p.Status.ContainerStatuses)
+		for _, c := range p.Spec.Containers {
+			if image != "" && c.Image != image {
+				return false, nil
+			}
+		}
 		for _, c := range p.Status.Conditions {
 			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+				ready = &p
 				return true, nil
 			}
 		}
@@ -174,10 +192,9 @@ func install() error {
 			evs += eventsOf(ctx, dsNamespace, p.Name)
 		}
 		evs += eventsOf(ctx, dsNamespace, dsName)
-		return fmt.Errorf("%v\nlast: %s\nevents:\n%s", err, last, evs)
+		return nil, fmt.Errorf("%v\nlast: %s\nevents:\n%s", err, last, evs)
 	}
-	fmt.Printf("rdma-netns DaemonSet's pod Ready %s after the import and apply began\n", time.Since(started).Round(time.Second))
-	return nil
+	return ready, nil
 }
 
 // setupMultus installs Multus thin as a node's admin would from Multus's

@@ -4,7 +4,8 @@
 # kube-controller-manager, kube-scheduler, kubelet and kubectl
 # (KUBE_VERSION, module scripts/k8s/kube), etcd (ETCD_VERSION,
 # scripts/k8s/etcd) and Multus thin and thick (MULTUS_VERSION,
-# scripts/k8s/multus). Static (CGO_ENABLED=0) and stripped.
+# scripts/k8s/multus); and the helm CLI (HELM_VERSION, scripts/k8s/helm)
+# the tests install the chart with. Static (CGO_ENABLED=0) and stripped.
 #
 # The binaries land in ${XDG_CACHE_HOME:-~/.cache}/rdma-netns/k8s/<key>/bin,
 # where <key> names the versions and hashes this script and the three
@@ -74,12 +75,31 @@ if [ ! -f "$DIR/.done" ]; then
   mv "$DIR.tmp" "$DIR"
   log "built in $(( $(date +%s) - start ))s: $(du -sh "$DIR/bin" | cut -f1) in $DIR/bin"
 fi
+# helm has a key of its own (its version and a hash of its module's
+# go.mod/go.sum), so a new helm does not rebuild the cluster.
+HELM_VERSION=$(modversion helm helm.sh/helm/v3)
+hhash=$(cat "$HERE"/helm/go.{mod,sum} | sha256sum | cut -c1-12)
+HELM_DIR="$CACHE_ROOT/helm-${HELM_VERSION}_$hhash"
+if [ ! -f "$HELM_DIR/.done" ]; then
+  t=$(date +%s)
+  rm -rf "$HELM_DIR.tmp"
+  mkdir -p "$HELM_DIR.tmp/bin"
+  # helm stamps its version through helm.sh/helm/v3/internal/version.
+  (cd "$HERE/helm" && go build -trimpath \
+    -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION -X helm.sh/helm/v3/internal/version.gitTreeState=clean" \
+    -o "$HELM_DIR.tmp/bin/helm" helm.sh/helm/v3/cmd/helm)
+  touch "$HELM_DIR.tmp/.done"
+  rm -rf "$HELM_DIR"
+  mv "$HELM_DIR.tmp" "$HELM_DIR"
+  log "helm $HELM_VERSION built in $(( $(date +%s) - t ))s: $(du -sh "$HELM_DIR/bin/helm" | cut -f1)"
+fi
 # Older keys' builds are left to the user (rm -rf the k8s directory), as
 # vm-prepare.sh leaves older kernels.
 if [ "$PRINT_ENV" = 1 ]; then
   printf 'K8S_BIN_DIR=%q\n' "$DIR/bin"
   printf 'K8S_MULTUS_DEPLOYMENTS=%q\n' "$DIR/multus-deployments"
   printf 'K8S_VERSION=%q\n' "$KUBE_VERSION"
+  printf 'K8S_HELM=%q\n' "$HELM_DIR/bin/helm"
 else
   log "$DIR/bin"
 fi

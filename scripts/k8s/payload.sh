@@ -8,7 +8,9 @@
 # (the manifests of conf/ as the tests apply them) into
 # /payload/k8s-manifests/NAME.yaml, and packs the image `make image` wrote
 # (IMAGE_LAYOUT, an OCI layout) as /payload/k8s-manifests/rdma-netns-image.tar
-# for the test to import: nothing is pulled. The node's /opt/cni/bin has no
+# for the test to import: nothing is pulled. With them helm (K8S_HELM), the
+# chart conf/helm/rdma-netns and an earlier commit's image
+# (K8S_UPGRADE_LAYOUT) for the upgrade tests. The node's /opt/cni/bin has no
 # rdma-netns: the DaemonSet's init container installs it.
 #
 # Usage: payload.sh BASE_PAYLOAD OUTDIR K8S_BIN_DIR IMAGE_LAYOUT
@@ -45,5 +47,12 @@ for o in "$top"/e2e/k8s/overlays/*/; do
   "$bins/kubectl" kustomize --load-restrictor LoadRestrictionsNone "$o" > "$out/k8s-manifests/$(basename "$o").yaml"
 done
 tar -C "$layout" -cf "$out/k8s-manifests/rdma-netns-image.tar" .
+# The chart's tests (e2e/k8s/helm_test.go): the helm CLI (K8S_HELM, from
+# build.sh), the chart as conf/ has it, and the image of an earlier commit
+# to upgrade from (K8S_UPGRADE_LAYOUT, from image-at.sh).
+cp "${K8S_HELM:?K8S_HELM: the helm binary build.sh built}" "$out/bin/helm"
+cp -r "$top/conf/helm/rdma-netns" "$out/k8s-manifests/chart"
+tar -C "${K8S_UPGRADE_LAYOUT:?K8S_UPGRADE_LAYOUT: the image layout image-at.sh built}" \
+  -cf "$out/k8s-manifests/rdma-netns-image-upgrade-from.tar" .
 printf '[payload] %s\n' "Kubernetes e2e test binary (e2e/k8s, stripped)" >&2
 (cd "$top/e2e/k8s" && go test -c -tags e2e -ldflags '-s -w' -o "$out/bin/k8s.test" .)
