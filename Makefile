@@ -80,14 +80,22 @@ K8S_ETCD_PORT      ?= 12379
 K8S_KUBELET_PORT   ?= 10250
 K8S_PAYLOAD := $(OUT)/vm-k8s
 K8S_IMAGE   := rdma-netns.test/rdma-netns:e2e
+## The node's disk (vm-run.sh --disk): the suite's boot and a reboot of the
+## node on it (e2e/k8s/reboot_test.go), one control plane throughout; then
+## a node without RDMA devices under a control plane of its own (--no-rxe).
+K8S_DISK    := $(OUT)/k8s-node.img
+K8S_CLUSTER = $(OUT)/rdma-netns-k8s-cluster -bin-dir "$$K8S_BIN_DIR" -dir $(OUT)/k8s -guest-dir $(K8S_PAYLOAD)/k8s \
+	  -apiserver-port $(K8S_APISERVER_PORT) -etcd-port $(K8S_ETCD_PORT) -kubelet-port $(K8S_KUBELET_PORT) --
+K8S_VM      = $(VM_RUN) --memory 4096 --k8s-api $(K8S_APISERVER_PORT) --kubelet-port $(K8S_KUBELET_PORT) --payload $(K8S_PAYLOAD)
 e2e-k8s: payload
 	$(MAKE) image IMAGE=$(K8S_IMAGE) PLATFORMS=linux/amd64 IMAGE_LAYOUT=$(OUT)/k8s-image
 	@set -e; eval "$$(scripts/k8s/build.sh --print-env)"; \
 	scripts/k8s/payload.sh $(PAYLOAD) $(K8S_PAYLOAD) "$$K8S_BIN_DIR" $(OUT)/k8s-image; \
 	$(GO) -C e2e/k8s build -o $(abspath $(OUT))/rdma-netns-k8s-cluster ./cmd/rdma-netns-k8s-cluster; \
-	$(OUT)/rdma-netns-k8s-cluster -bin-dir "$$K8S_BIN_DIR" -dir $(OUT)/k8s -guest-dir $(K8S_PAYLOAD)/k8s \
-	  -apiserver-port $(K8S_APISERVER_PORT) -etcd-port $(K8S_ETCD_PORT) -kubelet-port $(K8S_KUBELET_PORT) -- \
-	  $(VM_RUN) --memory 4096 --k8s-api $(K8S_APISERVER_PORT) --kubelet-port $(K8S_KUBELET_PORT) --payload $(K8S_PAYLOAD) -- 'k8s.test $(E2E_FLAGS)'
+	rm -f $(K8S_DISK); truncate -s 4G $(K8S_DISK); mkfs.ext4 -q -F $(K8S_DISK); \
+	$(K8S_CLUSTER) sh -c '$(K8S_VM) --disk $(K8S_DISK) -- "k8s.test $(E2E_FLAGS)" && \
+	  $(K8S_VM) --disk $(K8S_DISK) -- "k8s.test -k8s.boot reboot $(E2E_FLAGS) -test.run ^TestReboot$$"'; \
+	$(K8S_CLUSTER) $(K8S_VM) --nics 3 --no-rxe -- 'k8s.test $(E2E_FLAGS) -test.run ^TestNoRDMA$$'
 
 .PHONY: e2e-k8s
 
