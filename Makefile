@@ -87,32 +87,47 @@ K8S_ETCD_PORT      ?= 12379
 K8S_KUBELET_PORT   ?= 10250
 K8S_PAYLOAD := $(OUT)/vm-k8s
 K8S_IMAGE   := rdma-netns.test/rdma-netns:e2e
-# What the node runs once it is up: the tests, or (make demo) the demo
-# script with kubectl, which the payload then carries too.
-K8S_GUEST_CMD = k8s.test $(E2E_FLAGS)
-K8S_KUBECTL   =
 # The chart's upgrade and rollback tests go from the image of this commit
 # (scripts/k8s/image-at.sh builds and caches it) to this checkout's.
 K8S_UPGRADE_FROM ?= 89f7e3dda6eb58d643697defefdb7179e5799a89
-e2e-k8s: payload
+# The payload carries kubectl too when K8S_KUBECTL is set (make demo).
+K8S_KUBECTL =
+## The node's disk (vm-run.sh --disk): the suite's boot and a reboot of the
+## node on it (e2e/k8s/zz_reboot_test.go), one control plane throughout;
+## then a node without RDMA devices under a control plane of its own
+## (--no-rxe).
+K8S_DISK    := $(OUT)/k8s-node.img
+K8S_CLUSTER = $(OUT)/rdma-netns-k8s-cluster -bin-dir "$$K8S_BIN_DIR" -dir $(OUT)/k8s -guest-dir $(K8S_PAYLOAD)/k8s \
+	  -apiserver-port $(K8S_APISERVER_PORT) -etcd-port $(K8S_ETCD_PORT) -kubelet-port $(K8S_KUBELET_PORT) --
+K8S_VM      = $(VM_RUN) --memory 4096 --k8s-api $(K8S_APISERVER_PORT) --kubelet-port $(K8S_KUBELET_PORT) --payload $(K8S_PAYLOAD)
+K8S_ENV     = eval "$$(scripts/k8s/build.sh --print-env)"
+
+# k8s-payload: the node's payload (the suite's, kubelet, the images, the
+# rendered overlays, the chart and helm) and the control plane's runner.
+k8s-payload: payload
 	$(MAKE) image IMAGE=$(K8S_IMAGE) PLATFORMS=linux/amd64 IMAGE_LAYOUT=$(OUT)/k8s-image
-	@set -e; eval "$$(scripts/k8s/build.sh --print-env)"; \
+	@set -e; $(K8S_ENV); \
 	K8S_UPGRADE_LAYOUT=$$(scripts/k8s/image-at.sh $(K8S_UPGRADE_FROM) rdma-netns.test/rdma-netns:upgrade-from); \
 	K8S_HELM="$$K8S_HELM" K8S_UPGRADE_LAYOUT="$$K8S_UPGRADE_LAYOUT" scripts/k8s/payload.sh $(PAYLOAD) $(K8S_PAYLOAD) "$$K8S_BIN_DIR" $(OUT)/k8s-image; \
 	if [ -n "$(K8S_KUBECTL)" ]; then cp "$$K8S_BIN_DIR/kubectl" $(K8S_PAYLOAD)/bin/kubectl; fi; \
-	$(GO) -C e2e/k8s build -o $(abspath $(OUT))/rdma-netns-k8s-cluster ./cmd/rdma-netns-k8s-cluster; \
-	$(OUT)/rdma-netns-k8s-cluster -bin-dir "$$K8S_BIN_DIR" -dir $(OUT)/k8s -guest-dir $(K8S_PAYLOAD)/k8s \
-	  -apiserver-port $(K8S_APISERVER_PORT) -etcd-port $(K8S_ETCD_PORT) -kubelet-port $(K8S_KUBELET_PORT) -- \
-	  $(VM_RUN) --memory 4096 --k8s-api $(K8S_APISERVER_PORT) --kubelet-port $(K8S_KUBELET_PORT) --payload $(K8S_PAYLOAD) -- '$(K8S_GUEST_CMD)'
+	$(GO) -C e2e/k8s build -o $(abspath $(OUT))/rdma-netns-k8s-cluster ./cmd/rdma-netns-k8s-cluster
 
-.PHONY: e2e-k8s
+e2e-k8s: k8s-payload
+	@set -e; $(K8S_ENV); \
+	rm -f $(K8S_DISK); truncate -s 4G $(K8S_DISK); mkfs.ext4 -q -F $(K8S_DISK); \
+	$(K8S_CLUSTER) sh -c '$(K8S_VM) --disk $(K8S_DISK) -- "k8s.test $(E2E_FLAGS)" && \
+	  $(K8S_VM) --disk $(K8S_DISK) -- "k8s.test -k8s.boot reboot $(E2E_FLAGS) -test.run ^TestReboot$$"'; \
+	$(K8S_CLUSTER) $(K8S_VM) --nics 3 --no-rxe -- 'k8s.test $(E2E_FLAGS) -test.run ^TestNoRDMA$$'
+
+.PHONY: k8s-payload e2e-k8s
 
 ## demo: the story as a user meets it, on the e2e-k8s cluster (same build,
 ## caches and ports): once the node is up, scripts/guest/demo.sh runs there
 ## with kubectl: cnitool briefly, then two NCCL pods, their devices, RDMA
 ## traffic between them, and the devices back after kubectl delete.
 demo:
-	@$(MAKE) --no-print-directory e2e-k8s K8S_GUEST_CMD='k8s.test -demo /payload/demo.sh' K8S_KUBECTL=1
+	@$(MAKE) --no-print-directory k8s-payload K8S_KUBECTL=1
+	@$(K8S_ENV); $(K8S_CLUSTER) $(K8S_VM) -- 'k8s.test -demo /payload/demo.sh'
 
 ## bench: cost of ADD/DEL against the kernel's own cost of the move and
 ## against upstream rdma-cni (built from the Go module proxy at

@@ -6,12 +6,18 @@
 # Usage:
 #   vm-run.sh [--netns-mode exclusive|shared] [--nics N] [--payload DIR]
 #             [--timeout SECS] [--memory MB] [--log FILE]
-#             [--k8s-api PORT [--kubelet-port PORT]] -- CMD [ARGS...]
+#             [--k8s-api PORT [--kubelet-port PORT]] [--disk FILE] [--no-rxe]
+#             -- CMD [ARGS...]
 #
 # --k8s-api PORT adds a user-mode NIC on which the guest reaches exactly one
 # address, 10.0.2.100:6443, forwarded to the host's 127.0.0.1:PORT (the e2e
 # cluster's API server), and the host's 127.0.0.1:10250 (--kubelet-port)
 # reaches the guest's kubelet on the same port. Nothing else leaves the guest.
+#
+# --disk FILE attaches FILE (an ext4 image) as the node's disk: what a node
+# keeps across a reboot (DISK_DIRS below) lives there, and booting again on
+# the same FILE is a reboot of that node. --no-rxe creates no RDMA device:
+# a node without RDMA hardware.
 #
 # CMD and ARGS are joined with spaces and run by the guest's `sh -c` (like
 # ssh does), so both `-- /payload/test.sh -v` and `-- 'a && b'` work.
@@ -30,8 +36,15 @@ MEMORY=2048
 LOG_OUT=""
 K8S_API=""
 KUBELET_PORT=10250
+DISK=""
+RXE=1
+# What a node keeps across a reboot and the guest keeps on --disk: the
+# runtime's and kubelet's state, the CNI and NRI plugins and their
+# configuration, the CNI state (IPAM, rdma-netns's records) and the logs.
+# /run, /tmp and every network namespace start empty on each boot.
+DISK_DIRS="/var/lib/kubelet /var/lib/containerd /var/lib/cni /var/log /opt/cni/bin /opt/nri /etc/cni /etc/nri"
 
-usage() { sed -n '2,21p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,27p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 log() { printf '[vm-run] %s\n' "$*" >&2; }
 die() { printf '[vm-run] ERROR: %s\n' "$*" >&2; exit 125; }
 
@@ -45,6 +58,8 @@ while [ $# -gt 0 ]; do
     --log) LOG_OUT=${2:?}; shift 2 ;;
     --k8s-api) K8S_API=${2:?}; shift 2 ;;
     --kubelet-port) KUBELET_PORT=${2:?}; shift 2 ;;
+    --disk) DISK=${2:?}; shift 2 ;;
+    --no-rxe) RXE=0; shift ;;
     --) shift; break ;;
     -h|--help) usage ;;
     *) echo "vm-run.sh: unknown option $1" >&2; usage ;;
@@ -60,6 +75,7 @@ if [ -n "$K8S_API" ]; then
   [[ "$K8S_API" =~ ^[0-9]+$ ]] && [[ "$KUBELET_PORT" =~ ^[0-9]+$ ]] || die "--k8s-api and --kubelet-port take port numbers"
   command -v socat >/dev/null || die "--k8s-api needs socat on the host (apt-get install socat; scripts/k8s/build.sh installs it)"
 fi
+[ -z "$DISK" ] || [ -f "$DISK" ] || die "--disk $DISK is not a file (make one: truncate -s 4G FILE && mkfs.ext4 -q FILE)"
 # The user-mode NIC's PCI slot: after the last test NIC's (3 + 28 - 1).
 HOSTNET_PCI=0000:00:1f.0
 
@@ -89,8 +105,17 @@ fi
   printf 'VM_NICS=%s\n' "$NICS"
   printf 'VM_KERNEL_ABI=%s\n' "$VM_ABI"
   [ -z "$K8S_API" ] || printf 'VM_HOSTNET_PCI=%s\n' "$HOSTNET_PCI"
+  [ -z "$DISK" ] || printf 'VM_DISK_DIRS="%s"\n' "$DISK_DIRS"
+  printf 'VM_RXE=%s\n' "$RXE"
 } > "$STAGE/etc/vm.conf"
 printf '%s\n' "$*" > "$STAGE/etc/vm-cmd"
+# A node with a disk boots as a real one: exclusive mode from ib_core's
+# module parameter when the module loads (/init checks it), not from a
+# command run after the fact.
+if [ -n "$DISK" ] && [ "$NETNS_MODE" = exclusive ]; then
+  mkdir -p "$STAGE/etc/modprobe.d"
+  echo 'options ib_core netns_mode=0' > "$STAGE/etc/modprobe.d/ib_core.conf"
+fi
 
 # --- guest /init (kept here rather than in the cached base so that editing it
 # needs no cache rebuild). Busybox sh prefers its own applets over PATH, so the
@@ -125,6 +150,28 @@ mkdir -p /run/netns /var/lib/cni
 hostname rdma-vm
 . /etc/vm.conf
 
+# The node's disk (--disk): each of VM_DISK_DIRS is bind-mounted from it.
+# A fresh disk is first seeded with what the image has there, as a node's
+# installer leaves it; later boots find what the last one left.
+if [ -n "${VM_DISK_DIRS:-}" ]; then
+  for m in virtio_pci virtio_blk ext4; do $MODPROBE "$m" || fail "modprobe $m"; done
+  i=0
+  while [ ! -b /dev/vda ]; do
+    i=$((i + 1)); [ $i -lt 100 ] || fail "no /dev/vda (--disk)"
+    sleep 0.1
+  done
+  mkdir -p /mnt/disk
+  mount -t ext4 /dev/vda /mnt/disk || fail "mount the disk /dev/vda"
+  for d in $VM_DISK_DIRS; do
+    mkdir -p "$d"
+    if [ ! -d "/mnt/disk$d" ]; then
+      mkdir -p "/mnt/disk$d"
+      cp -a "$d/." "/mnt/disk$d/" || fail "seed $d on the disk"
+    fi
+    mount -o bind "/mnt/disk$d" "$d" || fail "bind-mount $d from the disk"
+  done
+fi
+
 # crc32_generic is listed before rdma_rxe: rxe asks the crypto API for crc32
 # at link-add time and fails if no implementation is registered.
 for m in $(cat /etc/vm-modules); do
@@ -134,7 +181,11 @@ done
 
 # The netns mode can only change while no network namespace but init_net
 # exists, so this comes before anything that could create one.
-$RDMA system set netns "$VM_NETNS_MODE" || fail "rdma system set netns $VM_NETNS_MODE"
+if [ -s /etc/modprobe.d/ib_core.conf ]; then
+  $RDMA system show | grep -q "netns $VM_NETNS_MODE" || fail "ib_core's netns_mode did not make the mode $VM_NETNS_MODE: $($RDMA system show)"
+else
+  $RDMA system set netns "$VM_NETNS_MODE" || fail "rdma system set netns $VM_NETNS_MODE"
+fi
 
 $IP link set lo up
 
@@ -166,6 +217,8 @@ k=0
 while [ $k -lt "$VM_NICS" ]; do
   nd=eth$k
   $IP link set "$nd" up || fail "link up $nd"
+  # --no-rxe: a node without RDMA hardware.
+  if [ "$VM_RXE" = 0 ]; then k=$((k + 1)); continue; fi
   pci=$(basename "$(readlink -f /sys/class/net/$nd/device/..)")
   pbus=$(basename "$(readlink /sys/class/net/$nd/device/subsystem)")
   pname=$(basename "$(readlink /sys/class/net/$nd/device)")
@@ -247,8 +300,14 @@ if [ -n "$K8S_API" ]; then
              -device "virtio-net-pci,netdev=hostnet,addr=0x1f,romfile=")
 fi
 
+# --disk: a virtio disk in the free PCI slot 2 (the guest's /dev/vda).
+if [ -n "$DISK" ]; then
+  NIC_ARGS+=(-drive "file=$DISK,format=raw,if=none,id=disk0"
+             -device "virtio-blk-pci,drive=disk0,addr=0x2")
+fi
+
 LOG="$WORK/console.log"
-log "booting $VM_ABI ($VM_KVER) under TCG: $NICS NICs, netns $NETNS_MODE, timeout ${TIMEOUT}s"
+log "booting $VM_ABI ($VM_KVER) under TCG: $NICS NICs$([ "$RXE" = 1 ] || echo ' (no rxe)'), netns $NETNS_MODE${DISK:+, disk $DISK}, timeout ${TIMEOUT}s"
 start=$(date +%s)
 set +e
 # TCG, not KVM: KVM guests hang on this kind of host. panic=-1 plus -no-reboot

@@ -37,6 +37,16 @@ var (
 	restCfg              *rest.Config
 )
 
+// boot is which boot of the node this run is (make e2e-k8s boots it twice
+// on one disk, zz_reboot_test.go).
+var boot = flag.String("k8s.boot", bootFirst, bootFirst+": a new node, rdma-netns installed as the README says and Multus set up; "+
+	bootReboot+": the node of a first boot booted again on its disk (vm-run.sh --disk), nothing installed")
+
+const (
+	bootFirst  = "first"
+	bootReboot = "reboot"
+)
+
 func TestMain(m *testing.M) {
 	flag.Parse()
 	os.Exit(run(m))
@@ -57,7 +67,9 @@ func run(m *testing.M) int {
 	if err != nil {
 		return fail("cni trace", err)
 	}
-	if ctd, err = cririg.Start(cririg.Options{CNIBinDir: bin}); err != nil {
+	// containerd's log on the node's disk, as a node's journal keeps it:
+	// after a reboot it still says what happened before.
+	if ctd, err = cririg.Start(cririg.Options{CNIBinDir: bin, Log: "/var/log/containerd.log"}); err != nil {
 		return fail("containerd", err)
 	}
 	// containerd, not the value now: a test may restart it.
@@ -74,6 +86,9 @@ func run(m *testing.M) int {
 	firstKubeletStart = kubelet.Started
 	// kubelet, not the value now: a test may restart it.
 	defer func() { kubelet.Stop() }()
+	if *boot == bootReboot {
+		return runRebooted(m)
+	}
 	// The node registers NotReady: its default network (conf/containerd's
 	// net.d) chains rdma-netns, which is not installed yet. The DaemonSet
 	// runs anyway (host network, and it tolerates the not-ready taint) and

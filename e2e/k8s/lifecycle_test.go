@@ -243,12 +243,15 @@ func TestCrashRestart(t *testing.T) {
 }
 
 // classDeployment makes a Deployment of unprivileged tools pods of the
-// RuntimeClass handler, at 0 replicas.
-func classDeployment(t *testing.T, name, handler string) {
+// RuntimeClass handler, at 0 replicas, changed by each of edit.
+func classDeployment(t *testing.T, name, handler string, edit ...func(*corev1.Pod)) {
 	t.Helper()
 	pod := toolsPod("", "")
 	delete(pod.Annotations, "k8s.v1.cni.cncf.io/networks")
 	pod.Spec.RuntimeClassName = &handler
+	for _, e := range edit {
+		e(pod)
+	}
 	labels := map[string]string{"app": name}
 	zero := int32(0)
 	d := &appsv1.Deployment{

@@ -145,9 +145,13 @@ func nriProcesses(procRoot string) []string {
 
 // nriContainers reads the OCI spec (config.json) of each running
 // container of the runtime's Kubernetes namespace and keeps those of
-// pods holding RDMA devices.
+// pods holding RDMA devices. A container in the doctor's own netns, the
+// node's, is left out: its pod has host network (the DaemonSet's does),
+// sees every device of the host without holding any, and the plugin
+// grants such a pod nothing by design.
 func nriContainers(e *Env) []NRIContainer {
 	bundles, _ := filepath.Glob(filepath.Join(e.TaskDir, "*", "config.json"))
+	host, hostErr := e.NetnsOf(filepath.Join(e.Proc.Root, "self", "ns", "net"))
 	out := []NRIContainer{}
 	for _, b := range bundles {
 		spec, err := readSpec(b)
@@ -162,6 +166,9 @@ func nriContainers(e *Env) []NRIContainer {
 		}
 		if netns == "" {
 			continue // host network
+		}
+		if id, err := e.NetnsOf(netns); hostErr == nil && err == nil && id == host {
+			continue // host network, through the sandbox's /proc/PID/ns/net
 		}
 		nodes, err := e.Kernel.VerbsNodesIn(netns)
 		if err != nil || len(nodes.Devices) == 0 {

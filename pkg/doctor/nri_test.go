@@ -52,6 +52,12 @@ func TestNRIMissedContainers(t *testing.T) {
 	bundle(t, f.env.TaskDir, "bbbbbbbbbbbbbbbb", podA, "40", nil, criAnn("pod-a", "bare", nil))
 	bundle(t, f.env.TaskDir, "cccccccccccccccc", podA, "40", []string{"/dev/infiniband/uverbs1", "/dev/infiniband/rdma_cm"}, criAnn("pod-a", "by-hand", nil))
 	bundle(t, f.env.TaskDir, "dddddddddddddddd", podA, "40", nil, map[string]string{criContainerType: "sandbox"})
+	// A host-network pod's container (the DaemonSet's) joins the node's
+	// netns, which shows every device: the plugin gives it nothing, so it
+	// missed nothing.
+	hostNetns := f.fp.netns("host")
+	f.kernel.in[hostNetns] = f.kernel.in[""]
+	bundle(t, f.env.TaskDir, "eeeeeeeeeeeeeeee", hostNetns, "1", nil, criAnn("rdma-netns-ds", "exporter", nil))
 
 	r := Node(f.env)
 	missed := findingsOf(r, "nri-missed")

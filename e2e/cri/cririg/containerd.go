@@ -165,6 +165,9 @@ func Start(o Options) (*Containerd, error) {
 	if err := WriteConfig(o); err != nil {
 		return nil, fmt.Errorf("write containerd config: %v", err)
 	}
+	if err := os.MkdirAll(filepath.Dir(o.Log), 0o755); err != nil {
+		return nil, err
+	}
 	logf, err := os.OpenFile(o.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
