@@ -38,14 +38,15 @@ type view struct {
 	used bool
 }
 
-// In runs fn on a new OS thread that has joined the netns at nsPath, with
-// root the netns's view of sysfs (kept for the next call). Like the
-// package's In, the thread is never unlocked and dies when fn returns.
-// On a kernel without fsopen (before 5.2) it is the package's In.
+// In runs fn on an OS thread that has joined the netns at nsPath, with
+// root the netns's view of sysfs (kept for the next call). Nothing here
+// changes a thread for good, so the thread returns to its own netns and to
+// the Go runtime afterwards; one that cannot return dies instead. On a
+// kernel without fsopen (before 5.2) it is the package's In.
 func (v *Views) In(nsPath string, fn func(root string) error) error {
 	v.busy.RLock()
 	defer v.busy.RUnlock()
-	err := onThreadIn(nsPath, func() error {
+	err := visit(nsPath, func() error {
 		fd, cached, err := v.viewHere()
 		if err != nil {
 			return err
@@ -141,6 +142,50 @@ func detachedSysfs() (int, error) {
 		return -1, fmt.Errorf("fsmount sysfs: %w", err)
 	}
 	return fd, nil
+}
+
+// visit runs fn on an OS thread that has joined the netns at nsPath and
+// goes back to its own netns afterwards: a new thread for every netns
+// (onThreadIn) costs more than the visit itself. A thread that cannot go
+// back is never unlocked, so it ends with fn's goroutine.
+func visit(nsPath string, fn func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		if unix.Gettid() == unix.Getpid() {
+			// The main thread's netns is the process's in /proc/PID/ns:
+			// others read it meanwhile (see In).
+			errc <- visit(nsPath, fn)
+			runtime.UnlockOSThread()
+			return
+		}
+		back, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("open the thread's own netns: %w", err)
+			return
+		}
+		defer unix.Close(back)
+		fd, err := unix.Open(nsPath, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("open netns %s: %w", nsPath, err)
+			return
+		}
+		err = unix.Setns(fd, unix.CLONE_NEWNET)
+		unix.Close(fd)
+		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("enter netns %s: %w", nsPath, err)
+			return
+		}
+		err = fn()
+		if unix.Setns(back, unix.CLONE_NEWNET) == nil {
+			runtime.UnlockOSThread()
+		}
+		errc <- err
+	}()
+	return <-errc
 }
 
 // onThreadIn runs fn on a new OS thread that has joined the netns at
