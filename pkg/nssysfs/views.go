@@ -42,7 +42,8 @@ type view struct {
 // root the netns's view of sysfs (kept for the next call). Nothing here
 // changes a thread for good, so the thread returns to its own netns and to
 // the Go runtime afterwards; one that cannot return dies instead. On a
-// kernel without fsopen (before 5.2) it is the package's In.
+// kernel without fsopen (before 5.2), or where seccomp refuses it, it is
+// the package's In.
 func (v *Views) In(nsPath string, fn func(root string) error) error {
 	v.busy.RLock()
 	defer v.busy.RUnlock()
@@ -121,14 +122,16 @@ func netnsCookie() (uint64, error) {
 	return unix.GetsockoptUint64(s, unix.SOL_SOCKET, unix.SO_NETNS_COOKIE)
 }
 
-var errNoFsopen = errors.New("the kernel has no fsopen")
+var errNoFsopen = errors.New("fsopen is not available")
 
 // detachedSysfs mounts a read-only sysfs of the calling thread's netns
 // without attaching it anywhere.
 func detachedSysfs() (int, error) {
 	fsfd, err := unix.Fsopen("sysfs", unix.FSOPEN_CLOEXEC)
-	if errors.Is(err, unix.ENOSYS) {
-		return -1, errNoFsopen
+	if errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EPERM) {
+		// A kernel before 5.2, or a seccomp profile that allows mount but
+		// not the new mount calls: mount the old way.
+		return -1, fmt.Errorf("%w: %v", errNoFsopen, err)
 	}
 	if err != nil {
 		return -1, fmt.Errorf("fsopen sysfs: %w", err)
