@@ -102,9 +102,10 @@ func TestNetnsReadsLeakNoThreads(t *testing.T) {
 			}
 			r.Sweep()
 		}
-		// Warm up: the runtime keeps the threads it started for reads
-		// that blocked, idle, for the next ones.
-		for range 100 {
+		// Warm up: the runtime keeps the threads it started while reads
+		// blocked, idle, for the next ones; a handful, however many reads
+		// follow. A leak grows with the reads after that.
+		for range 1000 {
 			read()
 		}
 		runtime.GC()
