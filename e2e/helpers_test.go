@@ -129,13 +129,23 @@ func (p *pod) destroy() {
 	if p.ns == nil {
 		return
 	}
+	held, err := rig.NICsIn(nics, p.path())
+	if err != nil {
+		p.t.Error(err)
+	}
 	p.ns.Close()
 	testutils.UnmountNS(p.ns)
 	p.ns = nil
 	// The kernel returns devices asynchronously (netns cleanup runs in a
-	// workqueue); give it a moment so later tests see them.
-	time.Sleep(300 * time.Millisecond)
-	restoreNetdevNames(p.t)
+	// workqueue): wait for the pod's netdevs, however loaded the machine,
+	// so later steps and tests see them under their names.
+	missing, err := rig.WaitNetdevsBack(nics, held, 10*time.Second)
+	if err != nil {
+		p.t.Error(err)
+	}
+	for _, n := range missing {
+		p.t.Errorf("netdev of %s did not come back from the destroyed pod netns within 10s", n.Netdev)
+	}
 }
 
 // restoreNetdevNames gives NICs that came back from a destroyed netns their

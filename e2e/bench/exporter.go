@@ -20,6 +20,7 @@ import (
 
 var (
 	scrapeRounds = flag.Int("scrape-rounds", 30, "scrapes of rdma-netns-exporter per measurement")
+	scrapeTurns  = flag.Int("scrape-turns", 3, "curve 4: turns over the points (all on the host, then each number held), the scrapes of a point split among them")
 	scrapeHeld   = flag.String("scrape-held", "8,28", "curve 4: numbers of devices held by pods, one each, for the exporter's scrape cost")
 )
 
@@ -27,9 +28,10 @@ const benchExporterAddr = "127.0.0.1:9762"
 
 // exporterScrape is curve 4: what one scrape of rdma-netns-exporter costs
 // with every device on the host (no netns to enter), then with some held
-// by pods, one each (one netns entered, with a private sysfs mounted, per
-// pod). The host-only scrapes run before and after the others, and count
-// together, so drift over the run hits both sides.
+// by pods, one each (one netns entered per pod). The points take turns
+// (*scrapeTurns of them, each with its share of the scrapes), so drift over
+// the run, which on a shared machine is wider than the difference
+// measured, hits every point alike.
 func exporterScrape(rep *report, nics []rig.NIC) error {
 	cmd := exec.Command("/usr/local/bin/rdma-netns-exporter", "--listen", benchExporterAddr)
 	var stderr bytes.Buffer
@@ -41,17 +43,6 @@ func exporterScrape(rep *report, nics []rig.NIC) error {
 	base := "http://" + benchExporterAddr
 	if err := waitHealthy(base); err != nil {
 		return fmt.Errorf("%v: %s", err, stderr.String())
-	}
-	hostTimes := func() ([]time.Duration, error) {
-		ts, _, err := scrapes(base, len(nics))
-		if err != nil {
-			return nil, fmt.Errorf("exporter, devices on the host: %v: %s", err, stderr.String())
-		}
-		return ts, nil
-	}
-	before, err := hostTimes()
-	if err != nil {
-		return err
 	}
 	type point struct {
 		held  int
@@ -67,18 +58,27 @@ func exporterScrape(rep *report, nics []rig.NIC) error {
 			rep.note("curve 4: %d devices held skipped, the VM has %d NICs", k, len(nics))
 			continue
 		}
-		ts, note, err := scrapesHeld(base, nics, k)
+		points = append(points, point{held: k})
+	}
+	turns := max(*scrapeTurns, 1)
+	per := max(*scrapeRounds/turns, 1)
+	var hostAll []time.Duration
+	for range turns {
+		ts, _, err := scrapes(base, len(nics), per)
 		if err != nil {
-			return fmt.Errorf("%v: %s", err, stderr.String())
+			return fmt.Errorf("exporter, devices on the host: %v: %s", err, stderr.String())
 		}
-		points = append(points, point{k, ts, note})
+		hostAll = append(hostAll, ts...)
+		for i := range points {
+			ts, note, err := scrapesHeld(base, nics, points[i].held, per)
+			if err != nil {
+				return fmt.Errorf("%v: %s", err, stderr.String())
+			}
+			points[i].times, points[i].note = append(points[i].times, ts...), note
+		}
 	}
-	after, err := hostTimes()
-	if err != nil {
-		return err
-	}
-	host := rig.Summarize(append(before, after...))
-	rep.add("exporter", fmt.Sprintf("scrape, %d devices, all on the host", len(nics)), host, 0, "", "GET /metrics, parsed; scraped before and after the rows below")
+	host := rig.Summarize(hostAll)
+	rep.add("exporter", fmt.Sprintf("scrape, %d devices, all on the host", len(nics)), host, 0, "", fmt.Sprintf("GET /metrics, parsed; %d turns with the rows below", turns))
 	xs, ys, hs := []float64{0}, []float64{ms(host.Median)}, []float64{ms(host.Median)}
 	worst := 0.0
 	for _, p := range points {
@@ -102,7 +102,7 @@ func exporterScrape(rep *report, nics []rig.NIC) error {
 
 // scrapesHeld attaches the first k NICs to k pods through the chain, with
 // pod names for the exporter's labels, scrapes, and detaches them.
-func scrapesHeld(base string, nics []rig.NIC, k int) ([]time.Duration, string, error) {
+func scrapesHeld(base string, nics []rig.NIC, k, n int) ([]time.Duration, string, error) {
 	pods := make([]*rig.Pod, k)
 	for i := range pods {
 		var err error
@@ -140,7 +140,7 @@ func scrapesHeld(base string, nics []rig.NIC, k int) ([]time.Duration, string, e
 		}
 		attached = append(attached, func() error { return rig.DelChain(c, l, rt) })
 	}
-	times, body, err := scrapes(base, len(nics))
+	times, body, err := scrapes(base, len(nics), n)
 	if err != nil {
 		return nil, "", fmt.Errorf("exporter, %d devices in pods: %v", k, err)
 	}
@@ -170,11 +170,11 @@ func waitHealthy(base string) error {
 	return fmt.Errorf("exporter did not answer /healthz")
 }
 
-// scrapes times *scrapeRounds scrapes and checks each reports every device.
-func scrapes(base string, devices int) ([]time.Duration, string, error) {
+// scrapes times n scrapes and checks each reports every device.
+func scrapes(base string, devices, n int) ([]time.Duration, string, error) {
 	var times []time.Duration
 	var body string
-	for range *scrapeRounds {
+	for range n {
 		t0 := time.Now()
 		resp, err := http.Get(base + "/metrics")
 		if err != nil {

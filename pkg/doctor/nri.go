@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/rdma-netns/rdma-netns/pkg/rdmans"
 )
@@ -29,8 +30,10 @@ const (
 )
 
 // nriNames are the plugin's file names: the binary, and the copy the
-// runtime launches from its plugin directory (NN-rdma-netns-nri).
-var nriNames = regexp.MustCompile(`^([0-9]{2}-)?rdma-netns-nri$`)
+// runtime launches from its plugin directory (NN-rdma-netns-nri). Compiled
+// on first use: the CNI binary links this package, and every ADD and DEL
+// would compile it at start-up.
+var nriNames = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^([0-9]{2}-)?rdma-netns-nri$`) })
 
 // NRIView is what the doctor found of the NRI plugin on the node.
 type NRIView struct {
@@ -72,7 +75,7 @@ func nriFindings(r *Report, e *Env, mode string) *NRIView {
 	v := &NRIView{Preinstalled: []string{}, Running: []string{}, Containers: []NRIContainer{}}
 	if des, err := os.ReadDir(e.NRIPluginDir); err == nil {
 		for _, de := range des {
-			if strings.Contains(de.Name(), "-") && nriNames.MatchString(de.Name()) {
+			if strings.Contains(de.Name(), "-") && nriNames().MatchString(de.Name()) {
 				v.Preinstalled = append(v.Preinstalled, filepath.Join(e.NRIPluginDir, de.Name()))
 			}
 		}
@@ -136,7 +139,7 @@ func nriProcesses(procRoot string) []string {
 			continue
 		}
 		argv0, _, _ := strings.Cut(string(data), "\x00")
-		if nriNames.MatchString(filepath.Base(argv0)) {
+		if nriNames().MatchString(filepath.Base(argv0)) {
 			out = append(out, fmt.Sprintf("pid %d %s", pid, argv0))
 		}
 	}

@@ -7,11 +7,13 @@
 // The collector reads at scrape time: it asks the inventory which network
 // namespaces the node has (found through records, /run/netns and /proc,
 // without entering any), enters each of them once on a locked OS thread,
-// lists and reads all of that namespace's devices there (hardware counters
-// and resource counts over RDMA netlink, port state and netdev from a
-// sysfs mounted inside it), pairs the devices found with the records that
-// hold them by pkg/inventory's rule, and turns it all into metrics.
-// Nothing polls between scrapes.
+// lists and reads all of that namespace's devices there (port state,
+// netdev, hardware counters and resource counts over RDMA netlink, the
+// standard port counters from the netns's own sysfs), pairs the devices
+// found with the records that hold them by pkg/inventory's rule, and turns
+// it all into metrics. Nothing polls between scrapes; only each netns's
+// sysfs is kept from one scrape to the next (nssysfs.Views), without
+// keeping the netns alive.
 //
 // This package links client_golang; the CNI binary must never import it
 // (every pod start would pay for its package init).
@@ -173,7 +175,11 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	// with records by the rule the plugin and the doctor apply.
 	snap := &inventory.Snapshot{Self: t.Self, Host: []string{}, Namespaces: []*inventory.Namespace{}}
 	stats := map[string]map[string]DeviceStats{} // netns path -> device -> stats
-	for _, res := range c.readAll(paths) {
+	results := c.readAll(paths)
+	if s, ok := c.reader.(interface{ Sweep() }); ok {
+		s.Sweep() // every netns of the node was just read
+	}
+	for _, res := range results {
 		if res.err != nil && res.netns != "" && !c.netnsExists(res.netns) {
 			continue // the pod went away since the inventory found it
 		}

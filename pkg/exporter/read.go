@@ -16,26 +16,40 @@ import (
 type NodeReader struct {
 	// SysfsRoot is the sysfs of the exporter's own netns ("/sys").
 	SysfsRoot string
+	// Views keeps each pod netns's sysfs from one scrape to the next; nil
+	// mounts a fresh one on every read.
+	Views *nssysfs.Views
 }
 
 // Read implements Reader. For a netns other than its own it runs on a
-// fresh OS thread that joins the netns and mounts a sysfs there (see
-// nssysfs.In), and lists and reads the devices in that one visit: sysfs
-// shows only the RDMA devices and netdevs of the netns it was mounted
-// from, and netlink sockets opened on that thread talk to that netns. The
-// thread is never returned to the Go runtime, so a thread left in a pod's
-// namespaces cannot run anything else.
+// fresh OS thread that joins the netns (see nssysfs), and lists and reads
+// the devices in that one visit: sysfs shows only the RDMA devices and
+// netdevs of the netns it was mounted from, and netlink sockets opened on
+// that thread talk to that netns. The thread is never returned to the Go
+// runtime, so a thread left in a pod's netns cannot run anything else.
 func (r NodeReader) Read(nsPath string) ([]DeviceStats, error) {
 	if nsPath == "" {
 		return readHere(r.SysfsRoot)
 	}
+	in := nssysfs.In
+	if r.Views != nil {
+		in = r.Views.In
+	}
 	var out []DeviceStats
-	err := nssysfs.In(nsPath, func(root string) error {
+	err := in(nsPath, func(root string) error {
 		var err error
 		out, err = readHere(root)
 		return err
 	})
 	return out, err
+}
+
+// Sweep lets go of the sysfs views of the namespaces not read since the
+// last Sweep: the collector calls it after each scrape.
+func (r NodeReader) Sweep() {
+	if r.Views != nil {
+		r.Views.Sweep()
+	}
 }
 
 // readHere reads every RDMA device of the calling thread's netns, with

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/rdma-netns/rdma-netns/pkg/cli"
+	"github.com/rdma-netns/rdma-netns/pkg/nssysfs"
 	"github.com/rdma-netns/rdma-netns/pkg/state"
 )
 
@@ -63,7 +64,7 @@ func Main(args []string, stderr io.Writer) int {
 	fmt.Fprintf(stderr, "rdma-netns-exporter: serving /metrics on %s\n", ln.Addr())
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if err := Serve(ctx, ln, NewCollector(RealInventory(*stateDir), NodeReader{SysfsRoot: *sysfs})); err != nil {
+	if err := Serve(ctx, ln, NewCollector(RealInventory(*stateDir), NodeReader{SysfsRoot: *sysfs, Views: &nssysfs.Views{}})); err != nil {
 		fmt.Fprintf(stderr, "rdma-netns-exporter: %v\n", err)
 		return 1
 	}

@@ -91,7 +91,7 @@ func Main(args []string, version string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "rdma-netns install: --name %q must be a plain file name\n", o.Name)
 		return 2
 	}
-	if o.NRI.Src != "" && !nriIndex.MatchString(o.NRI.Index) {
+	if o.NRI.Src != "" && !nriIndex().MatchString(o.NRI.Index) {
 		fmt.Fprintf(stderr, "rdma-netns install: --nri-index %q must be two digits\n", o.NRI.Index)
 		return 2
 	}

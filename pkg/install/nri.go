@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -30,9 +31,11 @@ const nriBase = "rdma-netns-nri"
 // (nriplugin.ConfigOK; the CNI binary does not link the plugin).
 const NRIConfigOK = "rdma-netns-nri: configuration ok:"
 
+// The patterns are compiled on first use: this package is linked into the
+// CNI binary, and every ADD and DEL would compile them at start-up.
 var (
-	nriIndex  = regexp.MustCompile(`^[0-9]{2}$`)
-	ourPlugin = regexp.MustCompile(`^[0-9]{2}-` + nriBase + `$`)
+	nriIndex  = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[0-9]{2}$`) })
+	ourPlugin = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[0-9]{2}-` + nriBase + `$`) })
 )
 
 // InstallNRI installs n.Src as PluginDir/IDX-rdma-netns-nri and its flags
@@ -42,7 +45,7 @@ var (
 // ours under another index are removed, so that the runtime never
 // launches two. It returns what the copy says the configuration sets.
 func InstallNRI(n NRI) (string, error) {
-	if !nriIndex.MatchString(n.Index) {
+	if !nriIndex().MatchString(n.Index) {
 		return "", fmt.Errorf("--nri-index %q must be two digits", n.Index)
 	}
 	for _, dir := range []string{n.PluginDir, n.ConfDir} {
@@ -155,7 +158,7 @@ func removeOthers(pluginDir, confDir, keep string) error {
 		return fmt.Errorf("cannot list %s: %w", pluginDir, err)
 	}
 	for _, de := range des {
-		if de.Name() == keep || !ourPlugin.MatchString(de.Name()) {
+		if de.Name() == keep || !ourPlugin().MatchString(de.Name()) {
 			continue
 		}
 		if err := os.Remove(filepath.Join(pluginDir, de.Name())); err != nil {

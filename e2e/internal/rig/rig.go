@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -406,6 +407,51 @@ func RestoreNetdevNames(nics []NIC) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// NICsIn lists the NICs whose netdev is in the netns at nsPath, under
+// whatever name it has there.
+func NICsIn(nics []NIC, nsPath string) ([]NIC, error) {
+	var in []NIC
+	err := within(nsPath, func() error {
+		links, err := linkList()
+		if err != nil {
+			return err
+		}
+		for _, n := range nics {
+			for _, l := range links {
+				if a := l.Attrs(); a.ParentDev == n.Parent && a.ParentDevBus == n.ParentBus {
+					in = append(in, n)
+				}
+			}
+		}
+		return nil
+	})
+	return in, err
+}
+
+// WaitNetdevsBack waits until the netdev of every NIC of back is in the
+// host again, under any name (the kernel returns a destroyed netns's
+// netdevs from a work queue), then gives every NIC its name back. It
+// returns the NICs still away at the deadline.
+func WaitNetdevsBack(nics, back []NIC, timeout time.Duration) ([]NIC, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		away, err := NICsIn(back, "")
+		if err != nil {
+			return nil, err
+		}
+		if len(away) == len(back) || time.Now().After(deadline) {
+			var missing []NIC
+			for _, n := range back {
+				if !slices.ContainsFunc(away, func(h NIC) bool { return h.Parent == n.Parent && h.ParentBus == n.ParentBus }) {
+					missing = append(missing, n)
+				}
+			}
+			return missing, RestoreNetdevNames(nics)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // Missing reports the NICs whose netdev or RDMA device is not in the host
