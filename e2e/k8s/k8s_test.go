@@ -5,8 +5,10 @@ package k8s
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -277,6 +279,34 @@ func printCPU() {
 // with each command (the notes on what a real node does).
 func printCalls() {
 	cririg.PrintCallCounts("CNI calls containerd made for kubelet during the Kubernetes tests")
+	printMultusCalls()
+}
+
+// printMultusCalls prints what Multus's daemon did for multus-shim, read
+// from its log: the requests it served, by command, and the delegates it
+// ran (ADD and DEL of each network; the NAD's chain runs as one delegate).
+func printMultusCalls() {
+	c, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	counts := map[string]int{}
+	for _, l := range strings.Split(multusLog(c), "\n") {
+		for _, cmd := range []string{"ADD", "DEL", "CHECK", "GC", "STATUS"} {
+			if strings.Contains(l, "] "+cmd+" finished CNI request") {
+				counts["request "+cmd]++
+			}
+		}
+		for _, cmd := range []string{"Add", "Del"} {
+			_, rest, ok := strings.Cut(l, "] "+cmd+": ")
+			if f := strings.SplitN(rest, ":", 5); ok && len(f) == 5 {
+				network, _, _ := strings.Cut(f[3], "(")
+				counts["delegate "+network+" "+strings.ToUpper(cmd)]++
+			}
+		}
+	}
+	fmt.Println("=== What Multus's daemon did for multus-shim (its log) ===")
+	for _, k := range slices.Sorted(maps.Keys(counts)) {
+		fmt.Printf("%-40s %d\n", k, counts[k])
+	}
 }
 
 func ctx(t *testing.T) context.Context {
