@@ -167,6 +167,18 @@ bench-nri: payload
 	@sed -n '/^=== NRI BENCH BEGIN ===/,/^=== NRI BENCH END ===/p' $(OUT)/bench-nri.log | sed '1d;$$d' > $(OUT)/bench-nri.txt
 	@rc=$$(cat $(OUT)/bench-nri.rc); rm -f $(OUT)/bench-nri.rc; [ "$$rc" != 0 ] || echo "NRI bench table: $(OUT)/bench-nri.txt"; exit $$rc
 
+## bench-k8s: time from pod create to Running under the real kubelet and
+## Multus (thick) of make e2e-k8s, on a NAD whose chain has rdma-netns and
+## on one without it, K8S_BENCH_ROUNDS pods of each, interleaved (make
+## bench runs it too); the table of medians lands in $(OUT)/bench-k8s.txt.
+K8S_BENCH_ROUNDS ?= 5
+bench: bench-k8s
+bench-k8s:
+	@$(MAKE) --no-print-directory k8s-payload
+	@{ $(K8S_ENV); $(K8S_CLUSTER) $(K8S_VM) -- 'k8s.test -test.v -test.run ^TestBenchPodStart$$ -k8s.bench $(K8S_BENCH_ROUNDS)'; echo $$? > $(OUT)/bench-k8s.rc; } | tee $(OUT)/bench-k8s.log
+	@sed -n '/^=== K8S BENCH BEGIN ===/,/^=== K8S BENCH END ===/p' $(OUT)/bench-k8s.log | sed '1d;$$d' > $(OUT)/bench-k8s.txt; cat $(OUT)/bench-k8s.txt
+	@rc=$$(cat $(OUT)/bench-k8s.rc); rm -f $(OUT)/bench-k8s.rc; [ "$$rc" != 0 ] || echo "Kubernetes bench table: $(OUT)/bench-k8s.txt"; exit $$rc
+
 ## stress: fuzz the parsers on the host, then seeded random ADD/DEL rounds,
 ## concurrent ADD/DEL on the same and other devices,
 ## racing ADDs, injected faults and bad input in the test VM, then
@@ -199,7 +211,7 @@ fuzz:
 	  done; \
 	done
 
-.PHONY: bench bench-nri stress stress-vm stress-short fuzz
+.PHONY: bench bench-nri bench-k8s stress stress-vm stress-short fuzz
 
 ## image: the DaemonSet's image without Docker: the static binaries of
 ## IMAGE_BINS (NAME=PACKAGE) on scratch at /NAME, for every platform in

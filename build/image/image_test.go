@@ -369,6 +369,8 @@ func TestCommandLineErrors(t *testing.T) {
 		{[]string{"build", "-bin-dir", missing}, 2, "-out are required"},
 		{[]string{"build", "-bin-dir", missing, "-out", missing + "/layout", "-platforms", "linux"}, 1, "want OS/ARCH"},
 		{[]string{"build", "-bin-dir", missing, "-out", missing + "/layout"}, 1, "build the binaries first"},
+		{[]string{"build", "-bin-dir", missing, "-out", missing + "/layout", "-symlinks", "/var/run"}, 2, "want PATH=TARGET"},
+		{[]string{"build", "-bin-dir", missing, "-out", missing + "/layout", "-files", "/etc/passwd="}, 2, "want PATH=FILE"},
 		{[]string{"push", "-layout", missing}, 2, "one image reference"},
 		{[]string{"push", "-layout", missing, "registry.example/rdma-netns:v1"}, 1, "run make image first"},
 		{[]string{"push", "-layout", missing, "rdma-netns:v1"}, 1, "names no registry"},
@@ -383,5 +385,89 @@ func TestCommandLineErrors(t *testing.T) {
 	}
 	if _, err := os.Stat(missing + "/layout"); !os.IsNotExist(err) {
 		t.Errorf("a failed build left %s/layout behind: %v", missing, err)
+	}
+}
+
+// -dir, -symlinks and -files lay an image out as another project's
+// manifest runs it (Multus's: /usr/src/multus-cni/bin/NAME) and as its
+// programs expect a root to be (/var/run a link to /run, where the pods'
+// netns paths are; an /etc/passwd naming root).
+func TestImageLayout(t *testing.T) {
+	binDir := t.TempDir()
+	want := []byte("#!/bin/true\n")
+	for _, b := range []string{"daemon", "shim"} {
+		if err := os.MkdirAll(filepath.Join(binDir, "linux_amd64"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(binDir, "linux_amd64", b), want, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	passwd := filepath.Join(binDir, "passwd")
+	if err := os.WriteFile(passwd, []byte("root:x:0:0:root:/root:/sbin/nologin\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "layout")
+	cli(t, "build", "-bin-dir", binDir, "-bins", "daemon,shim", "-platforms", "linux/amd64", "-tag", "multus:test",
+		"-dir", "/usr/src/multus-cni/bin", "-symlinks", "/var/run=../run", "-files", "/etc/passwd="+passwd, "-out", out)
+	idx, err := ReadLayout(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := idx.IndexManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := idx.Image(m.Manifests[0].Digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(cfg.Config.Entrypoint, []string{"/usr/src/multus-cni/bin/daemon"}) {
+		t.Errorf("entrypoint %q, want the first binary in -dir", cfg.Config.Entrypoint)
+	}
+	rc := mutate.Extract(img)
+	defer rc.Close()
+	tr := tar.NewReader(rc)
+	got := map[string]string{}
+	for {
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch hdr.Typeflag {
+		case tar.TypeDir:
+			got[hdr.Name] = "dir"
+		case tar.TypeSymlink:
+			got[hdr.Name] = "-> " + hdr.Linkname
+		case tar.TypeReg:
+			data, _ := io.ReadAll(tr)
+			if hdr.Name == "etc/passwd" {
+				if !strings.HasPrefix(string(data), "root:x:0:0:") || hdr.Mode != 0o644 {
+					t.Errorf("etc/passwd: mode %o, content %q; want 0644 and the file given", hdr.Mode, data)
+				}
+			} else if !bytes.Equal(data, want) || hdr.Mode != 0o755 {
+				t.Errorf("%s: mode %o, content %q; want 0755 and the binary", hdr.Name, hdr.Mode, data)
+			}
+			got[hdr.Name] = "file"
+		}
+	}
+	for name, what := range map[string]string{
+		"usr": "dir", "usr/src": "dir", "usr/src/multus-cni": "dir", "usr/src/multus-cni/bin": "dir",
+		"usr/src/multus-cni/bin/daemon": "file", "usr/src/multus-cni/bin/shim": "file",
+		"var": "dir", "var/run": "-> ../run", "etc": "dir", "etc/passwd": "file",
+	} {
+		if got[name] != what {
+			t.Errorf("image has %s as %q, want %q (all: %v)", name, got[name], what, got)
+		}
+	}
+	if len(got) != 10 {
+		t.Errorf("image holds %v, want the binaries, their directories and the link alone", got)
 	}
 }

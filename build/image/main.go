@@ -1,11 +1,14 @@
 // Command image builds the DaemonSet's multi-platform image from binaries
 // built beforehand, without Docker: `make image` and `make push` run it.
 //
-//	image build -bin-dir DIR -bins rdma-netns[,NAME...] -platforms linux/amd64,linux/arm64 -tag REF -out LAYOUT
+//	image build -bin-dir DIR -bins rdma-netns[,NAME...] -platforms linux/amd64,linux/arm64 -tag REF -out LAYOUT [-dir PATH] [-symlinks PATH=TARGET,...] [-files PATH=FILE,...]
 //	image push -layout LAYOUT REF
 //
 // build reads DIR/OS_ARCH/NAME for every platform and binary and writes an
-// OCI image layout; push uploads that layout's image index to a registry
+// OCI image layout (the binaries at /NAME, or PATH/NAME with -dir, where
+// another project's manifest runs them; -symlinks and -files add what a
+// program expects of a distribution's root, such as /var/run=../run and
+// /etc/passwd); push uploads that layout's image index to a registry
 // and prints the reference by digest.
 //
 // It is a module of its own so that go-containerregistry never becomes a
@@ -33,7 +36,7 @@ func main() {
 }
 
 const usage = `Usage:
-  image build -bin-dir DIR -bins NAME[,NAME...] -platforms OS/ARCH[,...] -tag REF -out LAYOUT
+  image build -bin-dir DIR -bins NAME[,NAME...] -platforms OS/ARCH[,...] -tag REF -out LAYOUT [-dir PATH] [-symlinks PATH=TARGET,...] [-files PATH=FILE,...]
   image push -layout LAYOUT REF
 `
 
@@ -79,7 +82,18 @@ func buildCmd(args []string, stdout, stderr io.Writer) error {
 	platforms := fl.String("platforms", "linux/amd64,linux/arm64", "comma-separated OS/ARCH")
 	tag := fl.String("tag", "rdma-netns:dev", "reference recorded in the layout's index.json")
 	out := fl.String("out", "", "OCI image layout `DIR` to write (replaced)")
+	dir := fl.String("dir", "/", "directory `PATH` in the image that holds the binaries")
+	symlinks := fl.String("symlinks", "", "comma-separated `PATH=TARGET` symlinks to add to the image")
+	files := fl.String("files", "", "comma-separated `PATH=FILE`: FILE copied to PATH in the image (mode 0644)")
 	if err := parse(fl, args, stderr); err != nil {
+		return err
+	}
+	l := Layout{Dir: *dir}
+	var err error
+	if l.Symlinks, err = pairs("-symlinks", *symlinks, "PATH=TARGET", stderr); err != nil {
+		return err
+	}
+	if l.Files, err = pairs("-files", *files, "PATH=FILE", stderr); err != nil {
 		return err
 	}
 	if *binDir == "" || *out == "" || fl.NArg() > 0 {
@@ -91,7 +105,7 @@ func buildCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	idx, err := Build(*binDir, strings.Split(*bins, ","), ps)
+	idx, err := Build(*binDir, strings.Split(*bins, ","), ps, l)
 	if err != nil {
 		return err
 	}
@@ -104,6 +118,23 @@ func buildCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "OCI layout %s (%s):\n%s", *out, *tag, desc)
 	return nil
+}
+
+// pairs reads "A=B,C=D" into a map; each side must be set.
+func pairs(flagName, s, want string, stderr io.Writer) (map[string]string, error) {
+	m := map[string]string{}
+	for _, kv := range strings.Split(s, ",") {
+		if kv == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" || v == "" {
+			fmt.Fprintf(stderr, "image build: %s %q: want %s\n", flagName, kv, want)
+			return nil, errUsage
+		}
+		m[k] = v
+	}
+	return m, nil
 }
 
 func pushCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -99,7 +99,12 @@ func hostState(t *testing.T) (netdevs, rdma []string) {
 // given (a failed ADD's rollback runs after kubelet reports it).
 func waitHostState(t *testing.T, netdevs, rdma []string) {
 	t.Helper()
-	err := cririg.Wait(time.Minute, "the host's devices unchanged", func() (bool, error) {
+	// Three minutes, not one: a failed sandbox's netns, with the host end of
+	// its cluster network's veth, outlives the sandbox until Multus's daemon
+	// closes the file it opened on it (v4.2.3's validateIfName never closes
+	// it; Go's finalizer does, at a garbage collection, forced every two
+	// minutes in an idle daemon).
+	err := cririg.Wait(3*time.Minute, "the host's devices unchanged", func() (bool, error) {
 		n, r := hostState(t)
 		return strings.Join(n, " ") == strings.Join(netdevs, " ") && strings.Join(r, " ") == strings.Join(rdma, " "), nil
 	})

@@ -6,11 +6,14 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"maps"
+	"net"
 	"os"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
-	authv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -35,6 +38,7 @@ var (
 	kubelet              *node.Kubelet
 	cs                   *kubernetes.Clientset
 	restCfg              *rest.Config
+	serviceForward       net.Listener
 )
 
 // boot is which boot of the node this run is (make e2e-k8s boots it twice
@@ -62,8 +66,9 @@ func run(m *testing.M) int {
 	if err := cririg.Setup(); err != nil {
 		return fail("cri setup", err)
 	}
-	// rdma-netns is not on the node yet: the DaemonSet installs it.
-	bin, err := cririg.TraceCNI("rdma-netns")
+	// rdma-netns is not on the node yet: the DaemonSet installs it, and
+	// Multus's init container installs multus-shim.
+	bin, err := cririg.TraceCNI("rdma-netns", "multus-shim")
 	if err != nil {
 		return fail("cni trace", err)
 	}
@@ -86,6 +91,13 @@ func run(m *testing.M) int {
 	firstKubeletStart = kubelet.Started
 	// kubelet, not the value now: a test may restart it.
 	defer func() { kubelet.Stop() }()
+	// The kubernetes Service's address on the node, for Multus's daemon
+	// (in-cluster config), standing in for kube-proxy, which a node runs
+	// from every boot on.
+	if serviceForward, err = node.ServiceForward(); err != nil {
+		return fail("kubernetes Service", err)
+	}
+	defer serviceForward.Close()
 	if *boot == bootReboot {
 		return runRebooted(m)
 	}
@@ -104,7 +116,7 @@ func run(m *testing.M) int {
 		return fail("node", fmt.Errorf("%v\nkubelet log:\n%s", err, kubelet.LogTail(40)))
 	}
 	fmt.Printf("node %s Ready %s after kubelet started\n", node.Name, time.Since(kubelet.Started).Round(time.Second))
-	if err := setupMultus(bin); err != nil {
+	if err := setupMultus(); err != nil {
 		return fail("multus", err)
 	}
 	if *demo != "" {
@@ -212,29 +224,82 @@ func waitDaemonSetPod(ctx context.Context, image string) (*corev1.Pod, error) {
 	return ready, nil
 }
 
-// setupMultus installs Multus thin as a node's admin would from Multus's
-// own manifest: its CRD (NetworkAttachmentDefinition), ClusterRole,
-// binding and service account applied, and on the node its binary, a
-// kubeconfig with that service account's token and 00-multus.conf.
-func setupMultus(traceBin string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	data, err := os.ReadFile(node.ManifestDir + "/multus/multus-daemonset.yml")
+// Multus's DaemonSet (deployments/multus-daemonset-thick.yml).
+const (
+	multusSelector  = "name=multus"
+	multusContainer = "kube-multus"
+)
+
+// setupMultus deploys Multus's thick plugin as its users do: the node's
+// cluster network in place (the primary network Multus delegates eth0 to),
+// Multus's image imported (nothing is pulled) and its own manifest applied
+// with only the image changed (e2e/k8s/overlays/multus). Its init
+// container installs multus-shim in /opt/cni/bin; its daemon, a
+// host-network pod, reaches the API server through the kubernetes Service
+// (in-cluster config; node.ServiceForward stands in for kube-proxy) and
+// writes 00-multus.conf, which containerd then runs for every pod.
+func setupMultus() error {
+	started := time.Now()
+	if err := node.InstallClusterNetwork(); err != nil {
+		return err
+	}
+	if err := node.ImportImage(node.ManifestDir + "/multus-image.tar"); err != nil {
+		return err
+	}
+	data, err := os.ReadFile(node.ManifestDir + "/multus.yaml")
 	if err != nil {
 		return err
 	}
-	if err := applyKinds(ctx, data, map[string]bool{
-		"CustomResourceDefinition": true, "ClusterRole": true, "ClusterRoleBinding": true, "ServiceAccount": true,
-	}); err != nil {
-		return fmt.Errorf("apply Multus's multus-daemonset.yml: %v", err)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if err := apply(ctx, data); err != nil {
+		return fmt.Errorf("apply Multus's multus-daemonset-thick.yml: %v", err)
 	}
-	exp := int64(3600)
-	tok, err := cs.CoreV1().ServiceAccounts("kube-system").CreateToken(ctx, "multus",
-		&authv1.TokenRequest{Spec: authv1.TokenRequestSpec{ExpirationSeconds: &exp}}, metav1.CreateOptions{})
+	var last string
+	err = cririg.Wait(4*time.Minute, "Multus's daemon Ready and 00-multus.conf written", func() (bool, error) {
+		pods, err := cs.CoreV1().Pods(dsNamespace).List(ctx, metav1.ListOptions{LabelSelector: multusSelector})
+		if err != nil || len(pods.Items) != 1 {
+			last = fmt.Sprintf("%d pods (%v)", len(pods.Items), err)
+			return false, nil
+		}
+		p := pods.Items[0]
+		last = fmt.Sprintf("%s: %s %+v", p.Name, p.Status.Phase, p.Status.ContainerStatuses)
+		conf, _ := os.ReadFile(node.MultusConf)
+		return podReady(&p) && strings.Contains(string(conf), `"multus-shim"`), nil
+	})
 	if err != nil {
-		return fmt.Errorf("token for kube-system/multus: %v", err)
+		pods, _ := cs.CoreV1().Pods(dsNamespace).List(ctx, metav1.ListOptions{LabelSelector: multusSelector})
+		evs := ""
+		for _, p := range pods.Items {
+			evs += eventsOf(ctx, dsNamespace, p.Name) + "log:\n" + multusLog(ctx)
+		}
+		return fmt.Errorf("%v\nlast: %s\nevents:\n%s", err, last, evs)
 	}
-	return node.InstallMultus(tok.Status.Token, traceBin)
+	fmt.Printf("Multus's daemon Ready and 00-multus.conf written %s after the import and apply began\n", time.Since(started).Round(time.Second))
+	return nil
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
+
+// multusLog is the log of Multus's daemon (what `kubectl logs` shows,
+// through the API server and kubelet).
+func multusLog(ctx context.Context) string {
+	pods, err := cs.CoreV1().Pods(dsNamespace).List(ctx, metav1.ListOptions{LabelSelector: multusSelector})
+	if err != nil || len(pods.Items) != 1 {
+		return fmt.Sprintf("no Multus daemon pod (%v)", err)
+	}
+	out, err := cs.CoreV1().Pods(dsNamespace).GetLogs(pods.Items[0].Name, &corev1.PodLogOptions{Container: multusContainer}).DoRaw(ctx)
+	if err != nil {
+		return fmt.Sprintf("logs of %s: %v", pods.Items[0].Name, err)
+	}
+	return string(out)
 }
 
 // printCPU prints the CPU time kubelet and containerd used in the
@@ -253,6 +318,34 @@ func printCPU() {
 // with each command (the notes on what a real node does).
 func printCalls() {
 	cririg.PrintCallCounts("CNI calls containerd made for kubelet during the Kubernetes tests")
+	printMultusCalls()
+}
+
+// printMultusCalls prints what Multus's daemon did for multus-shim, read
+// from its log: the requests it served, by command, and the delegates it
+// ran (ADD and DEL of each network; the NAD's chain runs as one delegate).
+func printMultusCalls() {
+	c, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	counts := map[string]int{}
+	for _, l := range strings.Split(multusLog(c), "\n") {
+		for _, cmd := range []string{"ADD", "DEL", "CHECK", "GC", "STATUS"} {
+			if strings.Contains(l, "] "+cmd+" finished CNI request") {
+				counts["request "+cmd]++
+			}
+		}
+		for _, cmd := range []string{"Add", "Del"} {
+			_, rest, ok := strings.Cut(l, "] "+cmd+": ")
+			if f := strings.SplitN(rest, ":", 5); ok && len(f) == 5 {
+				network, _, _ := strings.Cut(f[3], "(")
+				counts["delegate "+network+" "+strings.ToUpper(cmd)]++
+			}
+		}
+	}
+	fmt.Println("=== What Multus's daemon did for multus-shim (its log) ===")
+	for _, k := range slices.Sorted(maps.Keys(counts)) {
+		fmt.Printf("%-40s %d\n", k, counts[k])
+	}
 }
 
 func ctx(t *testing.T) context.Context {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -70,9 +71,10 @@ func TestNCCLPod(t *testing.T) {
 	applyManifest(t, "pod-nccl")
 	const ns, name = "default", "nccl-worker-0"
 	waitRunning(t, ns, name, 3*time.Minute)
-	t.Logf("pod Running %s after create (Multus thin, host-device, rdma-netns)", time.Since(created).Round(time.Millisecond))
+	t.Logf("pod Running %s after create (Multus thick, host-device, rdma-netns)", time.Since(created).Round(time.Millisecond))
 
 	sb := sandboxOf(t, ns, name)
+	checkThick(t, ns, name, sb.Id)
 	netns, err := ctd.PodNetns(ctx(t), sb.Id)
 	if err != nil {
 		t.Fatal(err)
@@ -172,4 +174,37 @@ func addArgs(t *testing.T) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// checkThick shows that Multus's thick plugin attached the pod: containerd
+// ran multus-shim for the sandbox, and nothing of the chain itself (the
+// daemon ran it), and the daemon's log (kubectl logs) has the ADD of the
+// sandbox and of the pod's net1.
+func checkThick(t *testing.T, ns, name, sandbox string) {
+	t.Helper()
+	calls, err := cririg.Calls()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ran []string
+	for _, c := range calls {
+		if c.ContainerID == sandbox && c.Command == "ADD" {
+			ran = append(ran, c.Plugin)
+		}
+	}
+	if !slices.Contains(ran, "multus-shim") || slices.Contains(ran, "rdma-netns") || slices.Contains(ran, "host-device") {
+		t.Errorf("containerd's ADDs for the sandbox: %v, want multus-shim's and none of the NAD's chain (Multus's daemon runs it)", ran)
+	}
+	log := multusLog(ctx(t))
+	for _, want := range []string{
+		fmt.Sprintf("ADD finished CNI request ContainerID:%q", sandbox),
+		fmt.Sprintf("Add: %s:%s:", ns, name),
+	} {
+		if !strings.Contains(log, want) {
+			t.Errorf("Multus's daemon log has no %q:\n%s", want, grepLines(log, name))
+		}
+	}
+	if l := grepLines(log, fmt.Sprintf("Add: %s:%s:", ns, name)); !strings.Contains(l, ":net1 ") {
+		t.Errorf("Multus's daemon log has no ADD of net1 for the pod:\n%s", l)
+	}
 }

@@ -3,9 +3,11 @@
 # Go modules, cached like the kernel and containerd: kube-apiserver,
 # kube-controller-manager, kube-scheduler, kubelet and kubectl
 # (KUBE_VERSION, module scripts/k8s/kube), etcd (ETCD_VERSION,
-# scripts/k8s/etcd) and Multus thin and thick (MULTUS_VERSION,
-# scripts/k8s/multus); and the helm CLI (HELM_VERSION, scripts/k8s/helm)
-# the tests install the chart with. Static (CGO_ENABLED=0) and stripped.
+# scripts/k8s/etcd), Multus's thick plugin (MULTUS_VERSION,
+# scripts/k8s/multus: multus-daemon, multus-shim, and install_multus and
+# passthru, which the DaemonSet's init container runs and installs), and
+# the helm CLI (HELM_VERSION, scripts/k8s/helm) the tests install the chart
+# with. Static (CGO_ENABLED=0) and stripped.
 #
 # The binaries land in ${XDG_CACHE_HOME:-~/.cache}/rdma-netns/k8s/<key>/bin,
 # where <key> names the versions and hashes this script and the three
@@ -62,10 +64,12 @@ if [ ! -f "$DIR/.done" ]; then
   (cd "$HERE/etcd" && go build -trimpath -ldflags "-s -w" -o "$out/etcd" go.etcd.io/etcd/server/v3)
   log "etcd $ETCD_VERSION built in $(( $(date +%s) - t ))s"
   t=$(date +%s)
-  for cmd in multus multus-daemon multus-shim; do
-    (cd "$HERE/multus" && go build -trimpath -ldflags "-s -w" -o "$out/$cmd" "gopkg.in/k8snetworkplumbingwg/multus-cni.v4/cmd/$cmd")
+  # The names Multus's images give them (hack/build-go.sh): its manifest
+  # runs /usr/src/multus-cni/bin/NAME.
+  for cmd in multus-daemon multus-shim install_multus passthru-cni=passthru; do
+    (cd "$HERE/multus" && go build -trimpath -ldflags "-s -w" -o "$out/${cmd#*=}" "gopkg.in/k8snetworkplumbingwg/multus-cni.v4/cmd/${cmd%=*}")
   done
-  log "multus $MULTUS_VERSION (thin, daemon, shim) built in $(( $(date +%s) - t ))s"
+  log "multus $MULTUS_VERSION (daemon, shim, install_multus, passthru) built in $(( $(date +%s) - t ))s"
   # Multus's manifests (the thick DaemonSet, the NAD CRD) as released with it.
   mdir=$(cd "$HERE/multus" && go list -m -f '{{.Dir}}' gopkg.in/k8snetworkplumbingwg/multus-cni.v4)
   cp -r "$mdir/deployments" "$DIR.tmp/multus-deployments"

@@ -13,6 +13,12 @@
 # (K8S_UPGRADE_LAYOUT) for the upgrade tests. The node's /opt/cni/bin has no
 # rdma-netns: the DaemonSet's init container installs it.
 #
+# Multus's thick plugin likewise: its image (build/image, from the binaries
+# build.sh built, at /usr/src/multus-cni/bin as Multus's manifest runs
+# them) as /payload/k8s-manifests/multus-image.tar, and its manifest
+# (deployments/multus-daemonset-thick.yml) through e2e/k8s/overlays/multus
+# as /payload/k8s-manifests/multus.yaml.
+#
 # Usage: payload.sh BASE_PAYLOAD OUTDIR K8S_BIN_DIR IMAGE_LAYOUT
 set -euo pipefail
 base=${1:?usage: payload.sh BASE_PAYLOAD OUTDIR K8S_BIN_DIR}
@@ -33,17 +39,15 @@ for f in e2e.test multus.test cri.test nri.test rdma-netns-bench rdma-netns-stre
 done
 rm -f "$out/cni/rdma-netns"
 cp "$bins/kubelet" "$out/bin/kubelet"
-# Multus (thin) and the pods' default network (ptp, host-local), at the
-# plugins version go.mod requires; Multus's own manifests for its CRD and RBAC.
-cp "$bins/multus" "$out/cni/multus"
+# The pods' cluster network (ptp, host-local), at the plugins version
+# go.mod requires.
 plugins=$(cd "$top" && go list -m -f '{{.Version}}' github.com/containernetworking/plugins)
 GOBIN="$out/cni" go install \
   "github.com/containernetworking/plugins/plugins/main/ptp@$plugins" \
   "github.com/containernetworking/plugins/plugins/ipam/host-local@$plugins"
-mkdir -p "$out/k8s-manifests/multus"
-cp "$bins/../multus-deployments/"*.yml "$out/k8s-manifests/multus/"
 mkdir -p "$out/k8s-manifests"
 for o in "$top"/e2e/k8s/overlays/*/; do
+  [ "$(basename "$o")" = multus ] && continue
   "$bins/kubectl" kustomize --load-restrictor LoadRestrictionsNone "$o" > "$out/k8s-manifests/$(basename "$o").yaml"
 done
 tar -C "$layout" -cf "$out/k8s-manifests/rdma-netns-image.tar" .
@@ -54,5 +58,24 @@ cp "${K8S_HELM:?K8S_HELM: the helm binary build.sh built}" "$out/bin/helm"
 cp -r "$top/conf/helm/rdma-netns" "$out/k8s-manifests/chart"
 tar -C "${K8S_UPGRADE_LAYOUT:?K8S_UPGRADE_LAYOUT: the image layout image-at.sh built}" \
   -cf "$out/k8s-manifests/rdma-netns-image-upgrade-from.tar" .
+
+# Multus thick: the overlay rendered next to Multus's manifest, and the image.
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+mkdir -p "$tmp/overlay" "$tmp/bin/linux_amd64"
+cp "$top/e2e/k8s/overlays/multus/kustomization.yaml" "$bins/../multus-deployments/multus-daemonset-thick.yml" "$tmp/overlay/"
+"$bins/kubectl" kustomize "$tmp/overlay" > "$out/k8s-manifests/multus.yaml"
+multus_bins=multus-daemon,multus-shim,install_multus,passthru
+for b in ${multus_bins//,/ }; do cp "$bins/$b" "$tmp/bin/linux_amd64/"; done
+# What Multus's own image (on Debian) has and its programs need of a root:
+# /var/run -> ../run, for the daemon opens the pods' netns by the path
+# containerd gives, /var/run/netns/cni-..., where its manifest mounts
+# /run/netns; /etc/passwd, for the daemon checks it runs as root with
+# os/user, which without one fails (and the daemon then panics).
+echo 'root:x:0:0:root:/root:/sbin/nologin' > "$tmp/passwd"
+go -C "$top/build/image" run . build -bin-dir "$tmp/bin" -bins "$multus_bins" -platforms linux/amd64 \
+  -dir /usr/src/multus-cni/bin -symlinks /var/run=../run -files /etc/passwd="$tmp/passwd" \
+  -tag rdma-netns.test/multus-cni:v4.2.3-thick -out "$tmp/layout" >&2
+tar -C "$tmp/layout" -cf "$out/k8s-manifests/multus-image.tar" .
 printf '[payload] %s\n' "Kubernetes e2e test binary (e2e/k8s, stripped)" >&2
 (cd "$top/e2e/k8s" && go test -c -tags e2e -ldflags '-s -w' -o "$out/bin/k8s.test" .)

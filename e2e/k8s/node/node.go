@@ -6,6 +6,8 @@ package node
 
 import (
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +15,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/vishvananda/netlink"
 
 	"github.com/rdma-netns/rdma-netns/e2e/k8s/cluster"
 )
@@ -208,62 +212,88 @@ func ImportImage(archive string) error {
 	return nil
 }
 
-// Multus, thin: the binary in /opt/cni/bin and its configuration first in
-// /etc/cni/net.d, so that containerd runs it for every pod. Its delegate,
-// the pods' cluster network (eth0), is a ptp network with host-local IPAM.
+// The pods' cluster network (eth0): a ptp network with host-local IPAM,
+// written into /etc/cni/net.d as a cluster's network plugin would. It
+// sorts before conf/containerd's rdma-eth0.conflist, so that it is the
+// node's primary network, which Multus's daemon finds and delegates eth0 to.
 const (
-	MultusConf       = "/etc/cni/net.d/00-multus.conf"
-	MultusKubeconfig = "/etc/cni/net.d/multus.d/multus.kubeconfig"
+	ClusterNetworkConf = "/etc/cni/net.d/10-cluster.conflist"
 	// ClusterSubnet is the pods' cluster network (eth0).
 	ClusterSubnet = "10.244.0.0/24"
+	// MultusConf is the configuration Multus's daemon generates
+	// (multusConfigFile: auto) from the primary network: containerd then
+	// runs multus-shim for every pod.
+	MultusConf = "/etc/cni/net.d/00-multus.conf"
 )
 
-// multusConf is 00-multus.conf; binDir is where Multus finds the
-// delegates' plugins (containerd's bin_dirs: the CNI trace's wrappers).
-func multusConf(binDir string) string {
-	return `{
+const clusterNetwork = `{
   "cniVersion": "1.0.0",
-  "name": "multus-cni-network",
-  "type": "multus",
-  "kubeconfig": "` + MultusKubeconfig + `",
-  "binDir": "` + binDir + `",
-  "delegates": [
-    {
-      "cniVersion": "1.0.0",
-      "name": "cluster",
-      "plugins": [
-        {"type": "ptp", "ipam": {"type": "host-local", "subnet": "` + ClusterSubnet + `"}}
-      ]
-    }
+  "name": "cluster",
+  "plugins": [
+    {"type": "ptp", "ipam": {"type": "host-local", "subnet": "` + ClusterSubnet + `"}}
   ]
 }
 `
+
+// InstallClusterNetwork writes the cluster network's configuration.
+func InstallClusterNetwork() error {
+	return os.WriteFile(ClusterNetworkConf, []byte(clusterNetwork), 0o644)
 }
 
-// InstallMultus writes Multus's kubeconfig (the API server as the node
-// reaches it, the service account's token) and its configuration.
-func InstallMultus(token, binDir string) error {
-	if err := os.MkdirAll(filepath.Dir(MultusKubeconfig), 0o755); err != nil {
-		return err
+// The kubernetes Service as the node's host-network pods reach it
+// (in-cluster config: KUBERNETES_SERVICE_HOST and _PORT, which kubelet sets
+// from the Service's cluster IP). There is no kube-proxy: ServiceForward
+// stands in for it on this one Service.
+const (
+	ServiceIP   = "10.96.0.1"
+	ServicePort = "443"
+)
+
+// ServiceForward puts the kubernetes Service's cluster IP on the node's
+// loopback and forwards each connection to it, in user space, to the API
+// server as the guest reaches it (cluster.GuestAPIServer, QEMU's forward
+// to the host's loopback): the guest reaches nothing else. Multus's
+// daemon, a host-network pod, talks to the API server through it. Close
+// the listener to stop it.
+func ServiceForward() (net.Listener, error) {
+	lo, err := netlink.LinkByName("lo")
+	if err != nil {
+		return nil, err
 	}
-	kc := `apiVersion: v1
-kind: Config
-clusters:
-- name: e2e
-  cluster:
-    server: https://10.0.2.100:6443
-    certificate-authority: ` + ConfDir + `/ca.crt
-users:
-- name: multus
-  user:
-    token: ` + token + `
-contexts:
-- name: multus
-  context: {cluster: e2e, user: multus}
-current-context: multus
-`
-	if err := os.WriteFile(MultusKubeconfig, []byte(kc), 0o600); err != nil {
-		return err
+	addr, err := netlink.ParseAddr(ServiceIP + "/32")
+	if err != nil {
+		return nil, err
 	}
-	return os.WriteFile(MultusConf, []byte(multusConf(binDir)), 0o644)
+	if err := netlink.AddrReplace(lo, addr); err != nil {
+		return nil, fmt.Errorf("add the kubernetes Service's IP %s to lo: %v", ServiceIP, err)
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(ServiceIP, ServicePort))
+	if err != nil {
+		return nil, fmt.Errorf("listen on the kubernetes Service's %s:%s: %v", ServiceIP, ServicePort, err)
+	}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go forward(c, cluster.GuestAPIServer)
+		}
+	}()
+	return ln, nil
+}
+
+// forward copies a connection both ways to dst until either side closes.
+func forward(c net.Conn, dst string) {
+	defer c.Close()
+	up, err := net.DialTimeout("tcp", dst, 10*time.Second)
+	if err != nil {
+		return
+	}
+	defer up.Close()
+	done := make(chan struct{}, 2)
+	go func() { _, _ = io.Copy(up, c); up.(*net.TCPConn).CloseWrite(); done <- struct{}{} }()
+	go func() { _, _ = io.Copy(c, up); c.(*net.TCPConn).CloseWrite(); done <- struct{}{} }()
+	<-done
+	<-done
 }
