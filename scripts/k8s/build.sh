@@ -25,13 +25,17 @@ PRINT_ENV=0
 log() { printf '[k8s-build] %s\n' "$*" >&2; }
 
 export CGO_ENABLED=0 GOFLAGS=-buildvcs=false GOWORK=off
-# vm-run.sh --k8s-api forwards the guest's API server connections with socat.
-if ! command -v socat >/dev/null; then
-  log "installing socat"
+# What make e2e-k8s needs on the host: socat (vm-run.sh --k8s-api forwards
+# the guest's API server connections with it) and mkfs.ext4 (the node's
+# disk, vm-run.sh --disk).
+for need in socat:socat mkfs.ext4:e2fsprogs; do
+  command -v "${need%%:*}" >/dev/null || PATH="$PATH:/sbin:/usr/sbin" command -v "${need%%:*}" >/dev/null && continue
+  pkg=${need#*:}
+  log "installing $pkg"
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
-  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends socat >&2 ||
-    { $SUDO apt-get update >&2 && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends socat >&2; }
-fi
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$pkg" >&2 ||
+    { $SUDO apt-get update >&2 && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$pkg" >&2; }
+done
 modversion() { (cd "$HERE/$1" && go list -m -f '{{.Version}}' "$2"); }
 KUBE_VERSION=$(modversion kube k8s.io/kubernetes)
 ETCD_VERSION=$(modversion etcd go.etcd.io/etcd/server/v3)
