@@ -73,34 +73,10 @@ func network(t *testing.T, handler string) cririg.Network {
 	return n
 }
 
-// hostHas tells whether the host netns lists the RDMA device.
-func hostHas(t *testing.T, dev string) bool {
-	t.Helper()
-	devs, err := rig.RDMAIn("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return rig.Contains(devs, dev)
-}
-
 // waitHome waits for the devices to be back in the host netns.
 func waitHome(t *testing.T, devs ...string) {
 	t.Helper()
-	err := cririg.Wait(10*time.Second, fmt.Sprintf("%v back on the host", devs), func() (bool, error) {
-		have, err := rig.RDMAIn("")
-		if err != nil {
-			return false, err
-		}
-		for _, d := range devs {
-			if !rig.Contains(have, d) {
-				return false, fmt.Errorf("host has %v", have)
-			}
-		}
-		return true, nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	rig.WaitDevicesHome(t, 10*time.Second, devs...)
 }
 
 // podHolds checks that the pod's netns holds exactly dev and the host does
@@ -114,7 +90,7 @@ func podHolds(t *testing.T, pod *cririg.Pod, dev string) {
 	if len(in) != 1 || in[0] != dev {
 		t.Fatalf("pod %s (%s) has RDMA devices %v, want [%s]", pod.Spec.Name, pod.Netns, in, dev)
 	}
-	if hostHas(t, dev) {
+	if rig.HostHas(t, dev) {
 		t.Fatalf("the host still lists %s after RunPodSandbox of %s", dev, pod.Spec.Name)
 	}
 }

@@ -109,8 +109,8 @@ func deadlineDuringADD(t *testing.T, hold string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !rig.Contains(links, n.Netdev) || !hostHas(t, n.RDMA) {
-		t.Fatalf("after the cancelled RunPodSandbox the host has netdevs %v (want %s) and %s: %v", links, n.Netdev, n.RDMA, hostHas(t, n.RDMA))
+	if !rig.Contains(links, n.Netdev) || !rig.HostHas(t, n.RDMA) {
+		t.Fatalf("after the cancelled RunPodSandbox the host has netdevs %v (want %s) and %s: %v", links, n.Netdev, n.RDMA, rig.HostHas(t, n.RDMA))
 	}
 	noRecords(t)
 	if _, err := os.Stat("/var/lib/cni/results/" + n.Name + "-" + id + "-eth0"); !os.IsNotExist(err) {

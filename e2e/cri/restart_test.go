@@ -136,8 +136,8 @@ func TestKilledDuringRunPodSandbox(t *testing.T) {
 	for _, r := range records(t) {
 		recorded = recorded || (r.ContainerID == id && r.Device == n.RDMA)
 	}
-	if !recorded || hostHas(t, n.RDMA) {
-		t.Fatalf("after the orphaned ADD: recorded %v, %s on the host %v", recorded, n.RDMA, hostHas(t, n.RDMA))
+	if !recorded || rig.HostHas(t, n.RDMA) {
+		t.Fatalf("after the orphaned ADD: recorded %v, %s on the host %v", recorded, n.RDMA, rig.HostHas(t, n.RDMA))
 	}
 
 	var startErr error

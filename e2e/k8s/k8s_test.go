@@ -257,23 +257,32 @@ func setupMultus() error {
 	}
 	var last string
 	err = cririg.Wait(4*time.Minute, "Multus's daemon Ready and 00-multus.conf written", func() (bool, error) {
-		pods, err := cs.CoreV1().Pods(dsNamespace).List(ctx, metav1.ListOptions{LabelSelector: multusSelector})
+		// Each look is bounded on its own, so that one request stuck on
+		// the API server's connection cannot outlast the wait.
+		c, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		pods, err := cs.CoreV1().Pods(dsNamespace).List(c, metav1.ListOptions{LabelSelector: multusSelector})
 		if err != nil || len(pods.Items) != 1 {
 			last = fmt.Sprintf("%d pods (%v)", len(pods.Items), err)
 			return false, nil
 		}
 		p := pods.Items[0]
-		last = fmt.Sprintf("%s: %s %+v", p.Name, p.Status.Phase, p.Status.ContainerStatuses)
+		last = fmt.Sprintf("%s: %s init %+v containers %+v", p.Name, p.Status.Phase, p.Status.InitContainerStatuses, p.Status.ContainerStatuses)
 		conf, _ := os.ReadFile(node.MultusConf)
 		return podReady(&p) && strings.Contains(string(conf), `"multus-shim"`), nil
 	})
 	if err != nil {
-		pods, _ := cs.CoreV1().Pods(dsNamespace).List(ctx, metav1.ListOptions{LabelSelector: multusSelector})
+		// What the node did meanwhile: the pod's events, the daemon's log,
+		// and kubelet's own account (an init container that never ended
+		// shows there, not in the API server).
+		c, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		pods, _ := cs.CoreV1().Pods(dsNamespace).List(c, metav1.ListOptions{LabelSelector: multusSelector})
 		evs := ""
 		for _, p := range pods.Items {
-			evs += eventsOf(ctx, dsNamespace, p.Name) + "log:\n" + multusLog(ctx)
+			evs += eventsOf(c, dsNamespace, p.Name) + "log:\n" + multusLog(c)
 		}
-		return fmt.Errorf("%v\nlast: %s\nevents:\n%s", err, last, evs)
+		return fmt.Errorf("%v\nlast: %s\nevents:\n%s\nkubelet log:\n%s", err, last, evs, kubelet.LogTail(40))
 	}
 	fmt.Printf("Multus's daemon Ready and 00-multus.conf written %s after the import and apply began\n", time.Since(started).Round(time.Second))
 	return nil
@@ -447,18 +456,8 @@ func deletePod(t *testing.T, ns, name string, opts metav1.DeleteOptions) {
 	}
 }
 
-func hostHas(t *testing.T, dev string) bool {
-	t.Helper()
-	devs, err := rig.RDMAIn("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return rig.Contains(devs, dev)
-}
-
+// waitHome waits for dev to be back in the host netns.
 func waitHome(t *testing.T, dev string) {
 	t.Helper()
-	if err := cririg.Wait(30*time.Second, dev+" back in the host netns", func() (bool, error) { return hostHas(t, dev), nil }); err != nil {
-		t.Fatal(err)
-	}
+	rig.WaitDevicesHome(t, 30*time.Second, dev)
 }

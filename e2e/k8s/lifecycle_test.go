@@ -227,7 +227,7 @@ func TestCrashRestart(t *testing.T) {
 	if in, err := rig.RDMAIn(netns); err != nil || len(in) != 1 || in[0] != dev {
 		t.Errorf("pod's RDMA devices after the container's restart: %v (%v), want [%s]", in, err, dev)
 	}
-	if hostHas(t, dev) {
+	if rig.HostHas(t, dev) {
 		t.Errorf("%s is in the host netns with the pod running", dev)
 	}
 	out, stderr, err := execIn(t, "default", "crasher", "tools", "sh", "-c", "ls /dev/infiniband; ulimit -l")
@@ -338,7 +338,7 @@ func TestDeploymentScale(t *testing.T) {
 		if in, err := rig.RDMAIn(netns); err != nil || len(in) != 1 || in[0] != dev {
 			t.Errorf("pod %s: RDMA devices %v (%v), want [%s]", pods[0].Name, in, err, dev)
 		}
-		if hostHas(t, dev) {
+		if rig.HostHas(t, dev) {
 			t.Errorf("%s is in the host netns with pod %s running", dev, pods[0].Name)
 		}
 	}

@@ -78,7 +78,7 @@ func TestRuntimeClassPod(t *testing.T) {
 	if len(in) != 1 || in[0] != n.RDMA {
 		t.Errorf("pod's netns has RDMA devices %v, want [%s]", in, n.RDMA)
 	}
-	if hostHas(t, n.RDMA) {
+	if rig.HostHas(t, n.RDMA) {
 		t.Errorf("%s is still in the host netns with the pod running", n.RDMA)
 	}
 	out, stderr, err := execIn(t, pod.Namespace, pod.Name, "tools", "ibv_devices")

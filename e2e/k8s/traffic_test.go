@@ -90,7 +90,7 @@ func TestNCCLTraffic(t *testing.T) {
 // node no longer has.
 func checkWorker(t *testing.T, ns string, w *ncclWorker) {
 	t.Helper()
-	if hostHas(t, w.dev) {
+	if rig.HostHas(t, w.dev) {
 		t.Errorf("%s: %s is still in the node's netns with the pod running", w.name, w.dev)
 	}
 	out, stderr, err := execIn(t, ns, w.name, "nccl", "ibv_devices")

@@ -169,7 +169,7 @@ func afterReboot(t *testing.T) {
 		if in, err := rig.RDMAIn(netns); err != nil || len(in) != 1 || in[0] != n.Device {
 			t.Errorf("pod %s: RDMA devices %v (%v) after the reboot, want [%s]", p.Name, in, err, n.Device)
 		}
-		if hostHas(t, n.Device) {
+		if rig.HostHas(t, n.Device) {
 			t.Errorf("%s is in the host netns with pod %s running", n.Device, p.Name)
 		}
 		held[n.Device] = true
@@ -177,7 +177,7 @@ func afterReboot(t *testing.T) {
 	}
 	checkRecords(t, notes)
 	for _, dev := range layoutDevices(t) {
-		if !held[dev] && !hostHas(t, dev) {
+		if !held[dev] && !rig.HostHas(t, dev) {
 			t.Errorf("%s is held by no pod and is not in the host netns", dev)
 		}
 	}

@@ -18,6 +18,7 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+	"testing"
 	"time"
 
 	"github.com/containernetworking/cni/libcni"
@@ -491,6 +492,36 @@ func WaitHome(nics []NIC, timeout time.Duration) ([]string, error) {
 	}
 }
 
+// HostHas reports whether the host netns lists the RDMA device: a device
+// the host can see is held by no pod.
+func HostHas(t testing.TB, dev string) bool {
+	t.Helper()
+	devs, err := RDMAIn("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Contains(devs, dev)
+}
+
+// WaitDevicesHome waits until the host netns lists every one of devs, and
+// fails the test, with what the host has, when timeout passes first.
+func WaitDevicesHome(t testing.TB, timeout time.Duration, devs ...string) {
+	t.Helper()
+	var have []string
+	for deadline := time.Now().Add(timeout); ; time.Sleep(50 * time.Millisecond) {
+		var err error
+		if have, err = RDMAIn(""); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.ContainsFunc(devs, func(d string) bool { return !Contains(have, d) }) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%v not back in the host netns after %v: the host has %v", devs, timeout, have)
+		}
+	}
+}
+
 // MoveNetdevIn moves a host netdev into the netns at nsPath under its own
 // name and sets it up, as host-device would.
 func MoveNetdevIn(netdev, nsPath string) error {
@@ -524,6 +555,7 @@ func MoveNetdevOut(netdev, nsPath string) error {
 type Stats struct {
 	N                     int
 	Min, Median, P95, Max time.Duration
+	P25, P75              time.Duration
 	Mean                  time.Duration
 }
 
@@ -541,7 +573,8 @@ func Summarize(ds []time.Duration) Stats {
 		i := int(p*float64(len(s)-1) + 0.5)
 		return s[i]
 	}
-	return Stats{N: len(s), Min: s[0], Median: pct(0.5), P95: pct(0.95), Max: s[len(s)-1], Mean: sum / time.Duration(len(s))}
+	return Stats{N: len(s), Min: s[0], Median: pct(0.5), P95: pct(0.95), Max: s[len(s)-1], P25: pct(0.25), P75: pct(0.75),
+		Mean: sum / time.Duration(len(s))}
 }
 
 // Ms formats a duration in milliseconds.

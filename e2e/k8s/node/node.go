@@ -5,6 +5,7 @@
 package node
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -204,7 +205,11 @@ const ManifestDir = "/payload/k8s-manifests"
 // ImportImage imports an OCI archive into containerd's CRI namespace,
 // unpacked for the native snapshotter, as a registry pull would leave it.
 func ImportImage(archive string) error {
-	out, err := exec.Command("/usr/local/bin/ctr", "--address", "/run/containerd/containerd.sock", "-n", "k8s.io",
+	// Bounded: an import that hangs on containerd must fail the step, not
+	// the whole suite's time.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "/usr/local/bin/ctr", "--address", "/run/containerd/containerd.sock", "-n", "k8s.io",
 		"images", "import", "--local", "--snapshotter", "native", archive).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("ctr images import %s: %v\n%s", archive, err, out)
