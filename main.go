@@ -23,13 +23,17 @@ import (
 )
 
 func main() {
-	info, _ := debug.ReadBuildInfo()
-	bv.BuildVersion = buildVersion(bv.BuildVersion, info)
 	supported := version.PluginSupports(config.SupportedVersions...)
 	if os.Getenv("CNI_COMMAND") == "" {
+		info, _ := debug.ReadBuildInfo()
+		bv.BuildVersion = buildVersion(bv.BuildVersion, info)
 		os.Exit(command(os.Args[1:], supported, os.Stdout, os.Stderr))
 	}
-	skel.PluginMainFuncs(plugin.New().Funcs(), supported, bv.BuildString("rdma-netns"))
+	// skel prints its "about" text only when CNI_COMMAND is unset, the
+	// branch above: a runtime's call, paid for at every pod start, does
+	// not parse the build information (module list and settings) that
+	// only a person's help and install print.
+	skel.PluginMainFuncs(plugin.New().Funcs(), supported, "")
 }
 
 // unstamped is what the buildversion package says when `make build` did

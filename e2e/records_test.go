@@ -4,15 +4,18 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/containernetworking/cni/libcni"
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/rdma-netns/rdma-netns/pkg/inventory/nstest"
+	"github.com/rdma-netns/rdma-netns/pkg/rdmans"
 )
 
 // A node reboot, a crashed runtime or a forced sandbox removal: every pod
@@ -130,6 +133,50 @@ func TestDamagedRecordBlocksNobody(t *testing.T) {
 	wantRDMA(t, a.RDMA, []string{""}, []string{pa.path()})
 	mustDel(t, c, lb, pb.rt("net1"))
 	os.RemoveAll(filepath.Join(stateDir, "damaged"))
+	wantNoRecords(t)
+}
+
+// The kernel index a device's lock file keeps from its last move is only
+// a hint: one that names another device (as after a reboot or a driver
+// reload) moves nothing but the right device, and is corrected.
+func TestWrongDeviceIndexHint(t *testing.T) {
+	requireMode(t, "exclusive")
+	a, b := nicBy(t, "pf"), nicBy(t, "child")
+	other, err := netlink.RdmaLinkByName(b.RDMA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	self, err := netlink.RdmaLinkByName(a.RDMA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The kernel's answer that ADD relies on.
+	if !rdmans.IsAt(self.Attrs.Index, a.RDMA) || rdmans.IsAt(other.Attrs.Index, a.RDMA) || rdmans.IsAt(rdmans.NoIndex, a.RDMA) {
+		t.Fatalf("IsAt: %s at its own index %d %v, at %s's %d %v", a.RDMA, self.Attrs.Index, rdmans.IsAt(self.Attrs.Index, a.RDMA),
+			b.RDMA, other.Attrs.Index, rdmans.IsAt(other.Attrs.Index, a.RDMA))
+	}
+	c := cni(t)
+	l := chain(t, "rdma-hint", a.Netdev, 96, nil)
+	p := newPod(t, "hint")
+	lockFile := filepath.Join(stateDir, "devices", a.RDMA)
+	if err := os.MkdirAll(filepath.Dir(lockFile), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(lockFile, []byte(fmt.Sprintf("%d\n", other.Attrs.Index)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	mustAdd(t, c, l, p.rt("net1"))
+	wantRDMA(t, a.RDMA, []string{p.path()}, []string{""})
+	wantRDMA(t, b.RDMA, []string{""}, []string{p.path()})
+	mustDel(t, c, l, p.rt("net1"))
+	wantRDMA(t, a.RDMA, []string{""}, []string{p.path()})
+	if kept, _ := os.ReadFile(lockFile); string(kept) != fmt.Sprintf("%d\n", self.Attrs.Index) {
+		t.Fatalf("lock file of %s holds %q after the move, want its index %d", a.RDMA, kept, self.Attrs.Index)
+	}
+	// The kept index serves the next move.
+	mustAdd(t, c, l, p.rt("net1"))
+	wantRDMA(t, a.RDMA, []string{p.path()}, []string{""})
+	mustDel(t, c, l, p.rt("net1"))
 	wantNoRecords(t)
 }
 

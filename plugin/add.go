@@ -11,6 +11,7 @@ import (
 
 	"github.com/rdma-netns/rdma-netns/pkg/deviceinfo"
 	"github.com/rdma-netns/rdma-netns/pkg/inventory"
+	"github.com/rdma-netns/rdma-netns/pkg/rdmans"
 	"github.com/rdma-netns/rdma-netns/pkg/state"
 )
 
@@ -208,7 +209,7 @@ func (c *call) attach(rec *state.Record) error {
 		return cause
 	}
 
-	if err := c.p.Kernel.MoveToNetns(rec.Device, c.args.Netns); err != nil {
+	if err := c.moveIn(rec.Device); err != nil {
 		return rollback(err)
 	}
 	undo = append(undo, func() error { return c.p.Kernel.MoveToHost(rec.Device, c.args.Netns) })
@@ -247,6 +248,27 @@ func (c *call) attach(rec *state.Record) error {
 		}
 	}
 	return c.printResult()
+}
+
+// moveIn moves dev into the pod by the kernel index its lock file keeps
+// from the last move, when the kernel confirms it, which spares a dump of
+// every RDMA device of the host; the index is kept again when it changed.
+// Called holding dev's lock, the index's only writer.
+func (c *call) moveIn(dev string) error {
+	hint, ok := c.store.DeviceIndex(dev)
+	if !ok {
+		hint = rdmans.NoIndex
+	}
+	index, err := c.p.Kernel.MoveToNetns(dev, c.args.Netns, hint)
+	if err != nil {
+		return err
+	}
+	if index != hint {
+		if err := c.store.SetDeviceIndex(dev, index); err != nil {
+			c.log.Warnf("%v (the next move of %s looks it up again)", err, dev)
+		}
+	}
+	return nil
 }
 
 // resume handles a repeated ADD: when this attachment's device is already in

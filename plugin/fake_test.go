@@ -33,6 +33,10 @@ type fakeKernel struct {
 	where   map[string]string
 	parents map[string][2]string // "netns/ifname" -> bus, device
 	moves   int
+	// index is each device's kernel index, kept across moves and renames;
+	// hinted counts the moves that came with the right index as a hint.
+	index  map[string]uint32
+	hinted int
 
 	qos map[string]roceqos.Settings // device name -> applied settings
 
@@ -56,11 +60,20 @@ type fakeKernel struct {
 
 func newFakeKernel(devs ...string) *fakeKernel {
 	k := &fakeKernel{mode: rdmans.ModeExclusive, where: map[string]string{}, parents: map[string][2]string{}, qos: map[string]roceqos.Settings{},
-		ports: map[string]string{}, sysParent: map[string]string{}}
+		ports: map[string]string{}, sysParent: map[string]string{}, index: map[string]uint32{}}
 	for _, d := range devs {
 		k.where[d] = ""
 	}
 	return k
+}
+
+// indexOf is dev's kernel index, given on first use as the kernel gives
+// one at registration. Call with k.mu held.
+func (k *fakeKernel) indexOf(dev string) uint32 {
+	if _, ok := k.index[dev]; !ok {
+		k.index[dev] = uint32(len(k.index)) // the first is 0, as in the kernel
+	}
+	return k.index[dev]
 }
 
 func (k *fakeKernel) NetnsMode() (string, error) { return k.mode, k.modeErr }
@@ -82,9 +95,9 @@ func (k *fakeKernel) InNetns(nsPath, dev string) (bool, error) {
 	return ok && where == nsPath, nil
 }
 
-func (k *fakeKernel) MoveToNetns(dev, nsPath string) error {
+func (k *fakeKernel) MoveToNetns(dev, nsPath string, hint uint32) (uint32, error) {
 	if err := checkNetns(nsPath); err != nil {
-		return err
+		return 0, err
 	}
 	k.mu.Lock()
 	before := k.beforeMoveIn
@@ -95,22 +108,26 @@ func (k *fakeKernel) MoveToNetns(dev, nsPath string) error {
 	k.mu.Lock()
 	if k.failMoveIn != nil {
 		k.mu.Unlock()
-		return k.failMoveIn
+		return 0, k.failMoveIn
 	}
 	if where, ok := k.where[dev]; !ok || where != "" {
 		k.mu.Unlock()
-		return fmt.Errorf("RDMA device %s is not in the host network namespace", dev)
+		return 0, fmt.Errorf("RDMA device %s is not in the host network namespace", dev)
 	}
 	k.where[dev] = nsPath
 	delete(k.qos, dev)
 	k.moves++
+	index := k.indexOf(dev)
+	if hint == index {
+		k.hinted++
+	}
 	k.sync()
 	hook := k.afterMoveIn
 	k.mu.Unlock()
 	if hook != nil {
 		hook()
 	}
-	return nil
+	return index, nil
 }
 
 func (k *fakeKernel) MoveToHost(dev, nsPath string) error {
@@ -164,6 +181,8 @@ func (k *fakeKernel) Rename(nsPath, from, to string) error {
 	}
 	delete(k.where, from)
 	k.where[to] = where
+	k.index[to] = k.indexOf(from)
+	delete(k.index, from)
 	if p, ok := k.sysParent[from]; ok {
 		if k.tree != nil && where == "" {
 			k.tree.Remove("infiniband", from)

@@ -32,7 +32,11 @@ type Kernel interface {
 	NetnsMode() (string, error)
 	InHost(dev string) (bool, error)
 	InNetns(nsPath, dev string) (bool, error)
-	MoveToNetns(dev, nsPath string) error
+	// MoveToNetns moves dev from the host into nsPath and returns its
+	// kernel index; hint is an index dev had before (rdmans.NoIndex for
+	// none), which
+	// the kernel must confirm before it is used.
+	MoveToNetns(dev, nsPath string, hint uint32) (index uint32, err error)
 	MoveToHost(dev, nsPath string) error
 	// Release returns the device from nsPath under hostName, renaming it
 	// back first when it carries podName there; found is false when the

@@ -181,6 +181,55 @@ func TestAddDelByNetdevParent(t *testing.T) {
 	}
 }
 
+// The device's kernel index from its last move is kept in its lock file and
+// offered to the next move as a hint; a lost or damaged one costs nothing
+// but the lookup it would have spared.
+func TestAddKeepsDeviceIndexHint(t *testing.T) {
+	e := newEnv(t)
+	p := e.newPod("c1", "net1", "virtio", "virtio1")
+	conf := e.netconf(p, "1.1.0", nil)
+	st, err := state.New(e.stateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lockFile := st.DeviceLockPath("rxe1")
+	addDel := func(when string) {
+		t.Helper()
+		if _, err := e.add(p, conf, ""); err != nil {
+			t.Fatalf("ADD %s: %v", when, err)
+		}
+		e.wantWhere("rxe1", p.path())
+		if err := e.del(p, conf); err != nil {
+			t.Fatalf("DEL %s: %v", when, err)
+		}
+		e.wantWhere("rxe1", "host")
+	}
+	addDel("first")
+	want := fmt.Sprintf("%d\n", e.kernel.indexOf("rxe1"))
+	if b, err := os.ReadFile(lockFile); err != nil || string(b) != want {
+		t.Fatalf("lock file of rxe1 holds %q (%v), want the index %q", b, err, want)
+	}
+	if e.kernel.hinted != 0 {
+		t.Fatalf("first move had a hint")
+	}
+	addDel("second")
+	if e.kernel.hinted != 1 {
+		t.Fatalf("second move was not given the kept index (hinted %d)", e.kernel.hinted)
+	}
+	for _, damaged := range []string{"garbage\n", "", "99999999999\n", "-3\n"} {
+		if err := os.WriteFile(lockFile, []byte(damaged), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		addDel(fmt.Sprintf("with %q in the lock file", damaged))
+		if b, _ := os.ReadFile(lockFile); string(b) != want {
+			t.Fatalf("after a move with %q kept, the lock file holds %q, want %q", damaged, b, want)
+		}
+	}
+	if e.kernel.hinted != 1 {
+		t.Fatalf("a damaged index was taken as a hint (hinted %d)", e.kernel.hinted)
+	}
+}
+
 // Each real layout resolves to its own device.
 func TestResolveLayouts(t *testing.T) {
 	cases := []struct {

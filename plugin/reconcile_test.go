@@ -8,6 +8,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rdma-netns/rdma-netns/pkg/inventory/nstest"
+	"github.com/rdma-netns/rdma-netns/pkg/rdmans"
 	"github.com/rdma-netns/rdma-netns/pkg/state"
 )
 
@@ -181,7 +182,7 @@ func TestReusedNetnsPathIsNotThePod(t *testing.T) {
 	e.deleteNetns(a)
 	mountNewNetnsAt(t, path)
 	// Someone else's device now sits in the netns at the same path.
-	if err := e.kernel.MoveToNetns("rxe1", path); err != nil {
+	if _, err := e.kernel.MoveToNetns("rxe1", path, rdmans.NoIndex); err != nil {
 		t.Fatal(err)
 	}
 	if err := e.del(a, conf); err != nil {

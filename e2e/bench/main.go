@@ -493,7 +493,7 @@ func inProcess(rep *report, pod *rig.Pod, netdev, dev string, floorIn, floorOut 
 	var moves []time.Duration
 	for i := 0; i < *rounds; i++ {
 		t0 := time.Now()
-		if err := k.MoveToNetns(dev, pod.Path()); err != nil {
+		if _, err := k.MoveToNetns(dev, pod.Path(), rdmans.NoIndex); err != nil {
 			return err
 		}
 		moves = append(moves, time.Since(t0))

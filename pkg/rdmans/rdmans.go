@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
@@ -106,16 +107,30 @@ func (Netlink) DevicesIn(nsPath string) ([]string, error) {
 	return names, err
 }
 
-// MoveToNetns moves a device of the caller's netns into the netns at nsPath.
-func (Netlink) MoveToNetns(name, nsPath string) error {
+// NoIndex is a hint that names no device: ib_core gives indexes below 2^31
+// (xa_limit_31b), starting at 0, so the largest uint32 is never one.
+const NoIndex = ^uint32(0)
+
+// MoveToNetns moves a device of the caller's netns into the netns at nsPath
+// and returns the device's index, by which the kernel moved it. hint is an
+// index the device had before (NoIndex for none): one request checks that it
+// still names this device in the caller's netns, which spares the dump of
+// every device there (on 6.1, one message per device), and a hint that no
+// longer holds (a reboot, a driver reload) costs that one request before
+// the dump. The kernel keeps an index for a device's whole life, across
+// moves and renames, and never gives it to two devices at once.
+func (Netlink) MoveToNetns(name, nsPath string, hint uint32) (uint32, error) {
 	target, err := netns.GetFromPath(nsPath)
 	if err != nil {
-		return fmt.Errorf("failed to open netns %s: %v", nsPath, err)
+		return 0, fmt.Errorf("failed to open netns %s: %v", nsPath, err)
 	}
 	defer target.Close()
-	return withRDMA(func(h *netlink.Handle) error {
-		d, err := lookup(h, name)
-		if err != nil {
+	var index uint32
+	err = withRDMA(func(h *netlink.Handle) error {
+		var d *netlink.RdmaLink
+		if IsAt(hint, name) {
+			d = &netlink.RdmaLink{Attrs: netlink.RdmaLinkAttrs{Index: hint, Name: name}}
+		} else if d, err = lookup(h, name); err != nil {
 			return err
 		}
 		if d == nil {
@@ -124,8 +139,46 @@ func (Netlink) MoveToNetns(name, nsPath string) error {
 		if err := h.RdmaLinkSetNsFd(d, uint32(target)); err != nil {
 			return fmt.Errorf("failed to move RDMA device %s into netns %s: %v", name, nsPath, classify(err))
 		}
+		index = d.Attrs.Index
 		return nil
 	})
+	return index, err
+}
+
+// IsAt reports whether the calling thread's netns has the device called
+// name at index: false for NoIndex, no device there, another device, or
+// any error (a caller then looks the name up in a dump).
+func IsAt(index uint32, name string) bool {
+	if index == NoIndex {
+		return false
+	}
+	req := nldevRequest(nl.RDMA_NLDEV_CMD_GET, unix.NLM_F_ACK)
+	req.AddData(nl.NewRtAttr(nl.RDMA_NLDEV_ATTR_DEV_INDEX, nl.Uint32Attr(index)))
+	msgs, err := req.Execute(unix.NETLINK_RDMA, 0)
+	if err != nil || len(msgs) != 1 {
+		return false
+	}
+	got, at := devNameIndex(msgs[0])
+	return got == name && at == index
+}
+
+// devNameIndex reads the name and index of one RDMA_NLDEV_CMD_GET answer.
+func devNameIndex(msg []byte) (name string, index uint32) {
+	attrs, err := nl.ParseRouteAttr(msg)
+	if err != nil {
+		return "", 0
+	}
+	for _, a := range attrs {
+		switch a.Attr.Type {
+		case nl.RDMA_NLDEV_ATTR_DEV_NAME:
+			name = strings.TrimRight(string(a.Value), "\x00")
+		case nl.RDMA_NLDEV_ATTR_DEV_INDEX:
+			if len(a.Value) >= 4 {
+				index = nl.NativeEndian().Uint32(a.Value)
+			}
+		}
+	}
+	return name, index
 }
 
 // MoveToHost moves a device from the netns at nsPath back to the caller's

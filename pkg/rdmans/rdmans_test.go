@@ -244,7 +244,10 @@ func TestNoRDMAClassified(t *testing.T) {
 	}
 	_, err = nl.DevicesIn(p.ns.Path())
 	check("DevicesIn", err)
-	check("MoveToNetns", nl.MoveToNetns("mlx5_0", p.ns.Path()))
+	_, err = nl.MoveToNetns("mlx5_0", p.ns.Path(), NoIndex)
+	check("MoveToNetns", err)
+	_, err = nl.MoveToNetns("mlx5_0", p.ns.Path(), 0)
+	check("MoveToNetns with an index hint", err)
 	check("MoveToHost", nl.MoveToHost("mlx5_0", p.ns.Path()))
 	check("Rename in host", nl.Rename("", "mlx5_0", "rdma0"))
 	check("Rename in netns", nl.Rename(p.ns.Path(), "mlx5_0", "rdma0"))
@@ -256,7 +259,7 @@ func TestBadNetnsPath(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "missing")
 	nl := Netlink{}
 	errs := map[string]error{
-		"MoveToNetns": nl.MoveToNetns("mlx5_0", missing),
+		"MoveToNetns": func() error { _, err := nl.MoveToNetns("mlx5_0", missing, NoIndex); return err }(),
 		"MoveToHost":  nl.MoveToHost("mlx5_0", missing),
 		"Rename":      nl.Rename(missing, "mlx5_0", "rdma0"),
 		"DevicesIn":   func() error { _, err := nl.DevicesIn(missing); return err }(),

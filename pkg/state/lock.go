@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -84,6 +85,49 @@ func (s *Store) TryLockDevice(dev string) (unlock func() error, ok bool, err err
 		return nil, false, nil
 	}
 	return unlock, err == nil, err
+}
+
+// DeviceIndex is the kernel index the RDMA device dev was last moved by,
+// kept in its lock file by SetDeviceIndex; ok is false when there is none
+// or the file says anything else. It is a hint only
+// (rdmans.Netlink.MoveToNetns checks it with the kernel before using it),
+// so a reboot, a driver reload or a damaged file costs a device dump, never
+// a wrong move.
+func (s *Store) DeviceIndex(dev string) (index uint32, ok bool) {
+	if ValidateDeviceName(dev) != nil {
+		return 0, false
+	}
+	b, err := os.ReadFile(s.DeviceLockPath(dev))
+	if err != nil {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 32)
+	if err != nil {
+		return 0, false
+	}
+	return uint32(n), true
+}
+
+// SetDeviceIndex keeps the device's kernel index in its lock file. Call it
+// holding the device's lock (LockDevice), which is the only writer.
+func (s *Store) SetDeviceIndex(dev string, index uint32) error {
+	if err := ValidateDeviceName(dev); err != nil {
+		return err
+	}
+	// The lock file exists while its lock is held; like the lock, never
+	// follow a link put in its place.
+	f, err := os.OpenFile(s.DeviceLockPath(dev), os.O_WRONLY|os.O_TRUNC|syscall.O_NOFOLLOW, filePerm)
+	if err != nil {
+		return fmt.Errorf("keeping the index of RDMA device %s: %w", dev, err)
+	}
+	_, err = f.WriteString(strconv.FormatUint(uint64(index), 10) + "\n")
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("keeping the index of RDMA device %s: %w", dev, err)
+	}
+	return nil
 }
 
 func (s *Store) deviceLockFile(dev string) (string, error) {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -217,6 +218,58 @@ func TestDeviceLocks(t *testing.T) {
 		if _, err := s.LockDevice(ctx, bad); err == nil {
 			t.Errorf("LockDevice(%q) succeeded", bad)
 		}
+	}
+}
+
+// A device's lock file keeps its kernel index; the lock still works with it
+// there, and what is not an index there reads as none.
+func TestDeviceIndexInLockFile(t *testing.T) {
+	s := newStore(t)
+	if got, ok := s.DeviceIndex("mlx5_0"); ok {
+		t.Fatalf("index of a device never locked: %d", got)
+	}
+	unlock, err := s.LockDevice(context.Background(), "mlx5_0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetDeviceIndex("mlx5_0", 42); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, _ := s.TryLockDevice("mlx5_0"); ok {
+		t.Fatal("writing the index let go of the lock")
+	}
+	unlock()
+	if got, ok := s.DeviceIndex("mlx5_0"); !ok || got != 42 {
+		t.Fatalf("DeviceIndex = %d, %v; want 42", got, ok)
+	}
+	// The kernel's first device has index 0.
+	if err := s.SetDeviceIndex("mlx5_0", 0); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := s.DeviceIndex("mlx5_0"); !ok || got != 0 {
+		t.Fatalf("DeviceIndex = %d, %v; want 0", got, ok)
+	}
+	for _, bad := range []string{"", "x\n", "0x2a\n", "-1\n", "4294967296\n"} {
+		os.WriteFile(s.DeviceLockPath("mlx5_0"), []byte(bad), 0o600)
+		if got, ok := s.DeviceIndex("mlx5_0"); ok {
+			t.Errorf("DeviceIndex with %q in the file = %d, want none", bad, got)
+		}
+	}
+	if err := s.SetDeviceIndex("../lock", 1); err == nil {
+		t.Error("SetDeviceIndex took a path for a device name")
+	}
+	// A link in place of the lock file is not written through.
+	target := filepath.Join(t.TempDir(), "elsewhere")
+	os.WriteFile(target, []byte("keep\n"), 0o600)
+	os.Remove(s.DeviceLockPath("mlx5_0"))
+	if err := os.Symlink(target, s.DeviceLockPath("mlx5_0")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetDeviceIndex("mlx5_0", 7); err == nil {
+		t.Error("SetDeviceIndex wrote through a symlink")
+	}
+	if b, _ := os.ReadFile(target); string(b) != "keep\n" {
+		t.Errorf("the link's target was changed to %q", b)
 	}
 }
 

@@ -119,7 +119,7 @@ func attachmentsCurve(ctx context.Context, ctd *cririg.Containerd, counts []int,
 	fmt.Println("=== CRI ATTACHMENTS BEGIN ===")
 	fmt.Printf("one pod with N networks (host-device of a NIC each, with and without rdma-netns), RunPodSandbox+StopPodSandbox+RemovePodSandbox, %d rounds interleaved; ms, medians\n", rounds)
 	w := tabwriter.NewWriter(os.Stdout, 2, 8, 2, ' ', 0)
-	fmt.Fprintln(w, "attachments\thost-device only\twith rdma-netns\trdma-netns per attachment\tratio to 1 attachment")
+	fmt.Fprintln(w, "attachments\thost-device only\twith rdma-netns\trdma-netns per attachment\t(p25-p75 over rounds)\tratio to 1 attachment")
 	var xs, per []float64
 	var first float64
 	for _, n := range counts {
@@ -129,11 +129,12 @@ func attachmentsCurve(ctx context.Context, ctd *cririg.Containerd, counts []int,
 		for i := range p.with {
 			diffs = append(diffs, (p.with[i]-p.plain[i])/time.Duration(n))
 		}
-		d := float64(rig.Summarize(diffs).Median) / 1e6
+		st := rig.Summarize(diffs)
+		d := float64(st.Median) / 1e6
 		if len(xs) == 0 {
 			first = d
 		}
-		fmt.Fprintf(w, "%d\t%s\t%s\t%.2f\t%.2fx\n", n, rig.Ms(pm), rig.Ms(wm), d, d/first)
+		fmt.Fprintf(w, "%d\t%s\t%s\t%.2f\t(%s-%s)\t%.2fx\n", n, rig.Ms(pm), rig.Ms(wm), d, rig.Ms(st.P25), rig.Ms(st.P75), d/first)
 		xs, per = append(xs, float64(n)), append(per, d)
 	}
 	w.Flush()
