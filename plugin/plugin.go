@@ -34,8 +34,7 @@ type Kernel interface {
 	InNetns(nsPath, dev string) (bool, error)
 	// MoveToNetns moves dev from the host into nsPath and returns its
 	// kernel index; hint is an index dev had before (rdmans.NoIndex for
-	// none), which
-	// the kernel must confirm before it is used.
+	// none), which the kernel must confirm before it is used.
 	MoveToNetns(dev, nsPath string, hint uint32) (index uint32, err error)
 	MoveToHost(dev, nsPath string) error
 	// Release returns the device from nsPath under hostName, renaming it
