@@ -37,7 +37,11 @@ same limits whichever instance serves it.
 */}}
 {{- define "rdma-netns.nriFlags" -}}
 {{- $n := .Values.nri -}}
-{{- list "--memlock" (toString $n.memlock) "--shm-size" (toString $n.shmSize) "--sandbox-root" $n.sandboxRoot "--log-level" $n.logLevel | toJson -}}
+{{- $flags := list "--memlock" (toString $n.memlock) "--shm-size" (toString $n.shmSize) -}}
+{{- with $n.maxShmSize -}}
+{{- $flags = concat $flags (list "--max-shm-size" (toString .)) -}}
+{{- end -}}
+{{- concat $flags (list "--sandbox-root" $n.sandboxRoot "--log-level" $n.logLevel) | toJson -}}
 {{- end -}}
 
 {{/* The init container's command: install the plugin, and the NRI plugin with its flags. */}}
