@@ -1,6 +1,7 @@
 package conf
 
 import (
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -65,6 +66,8 @@ var valueSets = []struct {
 	{"cri-o", values("nri.sandboxRoot", "/run/containers/storage/overlay-containers")},
 	{"nri settings", values("nri.memlock", "64Gi", "nri.shmSize", "16Gi", "nri.maxShmSize", "64Gi", "nri.logLevel", "debug", "nri.index", 20)},
 	{"nri image older than --max-shm-size", values("nri.maxShmSize", nil)},
+	{"every node", values("rdmaNodeLabel", "")},
+	{"another RDMA label", values("rdmaNodeLabel", "example.com/rdma=yes", "nodeSelector", map[string]any{"pool": "training"})},
 	{"scheduling", values("nodeSelector", map[string]any{"feature.node.kubernetes.io/rdma.capable": "true"}, "priorityClassName", "",
 		"tolerations", []any{}, "imagePullSecrets", []any{map[string]any{"name": "regcred"}}, "image.digest", "sha256:"+strings.Repeat("ab", 32))},
 }
@@ -151,6 +154,7 @@ func TestChartSchemaRejects(t *testing.T) {
 		{"relative cniBinDir", values("cniBinDir", "opt/cni/bin"), []string{"cniBinDir"}},
 		{"shm size not a quantity", values("nri.shmSize", "1GB"), []string{"shmSize"}},
 		{"shm cap keep", values("nri.maxShmSize", "keep"), []string{"maxShmSize"}},
+		{"RDMA node label without a value", values("rdmaNodeLabel", "feature.node.kubernetes.io/rdma.capable"), []string{"rdmaNodeLabel"}},
 		{"log level", values("nri.logLevel", "verbose"), []string{"logLevel"}},
 		{"index of three digits", values("nri.index", "100"), []string{"index"}},
 		{"pull policy", values("image.pullPolicy", "IfNotPresnt"), []string{"pullPolicy"}},
@@ -423,6 +427,39 @@ func TestChartSchedulingAndImage(t *testing.T) {
 	for _, c := range append(spec.InitContainers, spec.Containers...) {
 		if c.Image != "ghcr.io/rdma-netns/rdma-netns@"+digest || c.ImagePullPolicy != corev1.PullAlways {
 			t.Errorf("container %s: image %s, pull policy %s", c.Name, c.Image, c.ImagePullPolicy)
+		}
+	}
+}
+
+// By default the DaemonSet runs on RDMA nodes only, those with Node Feature
+// Discovery's label, and tolerates no taint but the GPU nodes' and
+// not-ready (a node whose default network waits for the binary): none with
+// an empty key, which would tolerate every taint.
+func TestChartRDMANodesOnly(t *testing.T) {
+	ds, _ := render(t, nil)
+	spec := ds.Spec.Template.Spec
+	if want := map[string]string{"feature.node.kubernetes.io/rdma.capable": "true"}; !maps.Equal(spec.NodeSelector, want) {
+		t.Errorf("nodeSelector %v, want %v", spec.NodeSelector, want)
+	}
+	var keys []string
+	for _, tol := range spec.Tolerations {
+		keys = append(keys, tol.Key+":"+string(tol.Effect))
+	}
+	if want := []string{"nvidia.com/gpu:NoSchedule", "node.kubernetes.io/not-ready:NoSchedule"}; !slices.Equal(keys, want) {
+		t.Errorf("tolerations %v, want %v", keys, want)
+	}
+	for _, tc := range []struct {
+		vals map[string]any
+		want map[string]string
+	}{
+		{values("rdmaNodeLabel", ""), nil},
+		{values("rdmaNodeLabel", "example.com/rdma="), map[string]string{"example.com/rdma": ""}},
+		{values("rdmaNodeLabel", "example.com/rdma=yes", "nodeSelector", map[string]any{"pool": "training"}), map[string]string{"example.com/rdma": "yes", "pool": "training"}},
+		{values("nodeSelector", map[string]any{"feature.node.kubernetes.io/rdma.capable": "false"}), map[string]string{"feature.node.kubernetes.io/rdma.capable": "false"}},
+	} {
+		ds, _ := render(t, tc.vals)
+		if got := ds.Spec.Template.Spec.NodeSelector; !maps.Equal(got, tc.want) {
+			t.Errorf("values %v: nodeSelector %v, want %v", tc.vals, got, tc.want)
 		}
 	}
 }
