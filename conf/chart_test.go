@@ -1,6 +1,7 @@
 package conf
 
 import (
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -63,7 +64,10 @@ var valueSets = []struct {
 	{"servicemonitor", values("exporter.serviceMonitor.enabled", true, "exporter.port", 9800, "exporter.serviceMonitor.labels", map[string]any{"release": "kube-prometheus-stack"})},
 	{"openshift", values("cniBinDir", "/var/lib/cni/bin")},
 	{"cri-o", values("nri.sandboxRoot", "/run/containers/storage/overlay-containers")},
-	{"nri settings", values("nri.memlock", "64Gi", "nri.shmSize", "16Gi", "nri.logLevel", "debug", "nri.index", 20)},
+	{"nri settings", values("nri.memlock", "64Gi", "nri.shmSize", "16Gi", "nri.maxShmSize", "64Gi", "nri.logLevel", "debug", "nri.index", 20)},
+	{"nri image older than --max-shm-size", values("nri.maxShmSize", nil)},
+	{"every node", values("rdmaNodeLabel", "")},
+	{"another RDMA label", values("rdmaNodeLabel", "example.com/rdma=yes", "nodeSelector", map[string]any{"pool": "training"})},
 	{"scheduling", values("nodeSelector", map[string]any{"feature.node.kubernetes.io/rdma.capable": "true"}, "priorityClassName", "",
 		"tolerations", []any{}, "imagePullSecrets", []any{map[string]any{"name": "regcred"}}, "image.digest", "sha256:"+strings.Repeat("ab", 32))},
 }
@@ -149,6 +153,8 @@ func TestChartSchemaRejects(t *testing.T) {
 		{"port as a string", values("exporter.port", "9761"), []string{"port"}},
 		{"relative cniBinDir", values("cniBinDir", "opt/cni/bin"), []string{"cniBinDir"}},
 		{"shm size not a quantity", values("nri.shmSize", "1GB"), []string{"shmSize"}},
+		{"shm cap keep", values("nri.maxShmSize", "keep"), []string{"maxShmSize"}},
+		{"RDMA node label without a value", values("rdmaNodeLabel", "feature.node.kubernetes.io/rdma.capable"), []string{"rdmaNodeLabel"}},
 		{"log level", values("nri.logLevel", "verbose"), []string{"logLevel"}},
 		{"index of three digits", values("nri.index", "100"), []string{"index"}},
 		{"pull policy", values("image.pullPolicy", "IfNotPresnt"), []string{"pullPolicy"}},
@@ -302,7 +308,7 @@ func TestChartNRINotPreinstalled(t *testing.T) {
 // parses both with the plugin's flags and requires them equal) and the
 // index names the installed copy.
 func TestChartNRISettings(t *testing.T) {
-	ds, _ := render(t, values("nri.memlock", "64Gi", "nri.shmSize", "16Gi", "nri.logLevel", "debug", "nri.index", 20))
+	ds, _ := render(t, values("nri.memlock", "64Gi", "nri.shmSize", "16Gi", "nri.maxShmSize", "64Gi", "nri.logLevel", "debug", "nri.index", 20))
 	spec := ds.Spec.Template.Spec
 	o, err := installOptions(spec.InitContainers[0].Command[2:])
 	if err != nil {
@@ -311,12 +317,26 @@ func TestChartNRISettings(t *testing.T) {
 	if o.NRI.Index != "20" {
 		t.Errorf("--nri-index %q, want 20", o.NRI.Index)
 	}
-	want := []string{"--memlock", "64Gi", "--shm-size", "16Gi", "--log-level", "debug"}
+	want := []string{"--memlock", "64Gi", "--shm-size", "16Gi", "--max-shm-size", "64Gi", "--log-level", "debug"}
 	for i := 0; i < len(want); i += 2 {
 		j := slices.Index(o.NRI.Flags, want[i])
 		if j < 0 || j+1 >= len(o.NRI.Flags) || o.NRI.Flags[j+1] != want[i+1] {
 			t.Errorf("the installed plugin's flags %q lack %s %s", o.NRI.Flags, want[i], want[i+1])
 		}
+	}
+}
+
+// nri.maxShmSize null leaves --max-shm-size out of both instances' flags,
+// for an image built before the flag (the e2e upgrade installs one).
+func TestChartNRIWithoutShmCap(t *testing.T) {
+	ds, _ := render(t, values("nri.maxShmSize", nil))
+	spec := ds.Spec.Template.Spec
+	if slices.Contains(nriFlags(spec), "--max-shm-size") || slices.Contains(container(spec.Containers, "nri").Command, "--max-shm-size") {
+		t.Errorf("--max-shm-size passed: init %q, nri %q", nriFlags(spec), container(spec.Containers, "nri").Command)
+	}
+	def, _ := render(t, nil)
+	if i := slices.Index(nriFlags(def.Spec.Template.Spec), "--max-shm-size"); i < 0 || nriFlags(def.Spec.Template.Spec)[i+1] != "16Gi" {
+		t.Errorf("the defaults' NRI flags %q, want --max-shm-size 16Gi", nriFlags(def.Spec.Template.Spec))
 	}
 }
 
@@ -407,6 +427,39 @@ func TestChartSchedulingAndImage(t *testing.T) {
 	for _, c := range append(spec.InitContainers, spec.Containers...) {
 		if c.Image != "ghcr.io/rdma-netns/rdma-netns@"+digest || c.ImagePullPolicy != corev1.PullAlways {
 			t.Errorf("container %s: image %s, pull policy %s", c.Name, c.Image, c.ImagePullPolicy)
+		}
+	}
+}
+
+// By default the DaemonSet runs on RDMA nodes only, those with Node Feature
+// Discovery's label, and tolerates no taint but the GPU nodes' and
+// not-ready (a node whose default network waits for the binary): none with
+// an empty key, which would tolerate every taint.
+func TestChartRDMANodesOnly(t *testing.T) {
+	ds, _ := render(t, nil)
+	spec := ds.Spec.Template.Spec
+	if want := map[string]string{"feature.node.kubernetes.io/rdma.capable": "true"}; !maps.Equal(spec.NodeSelector, want) {
+		t.Errorf("nodeSelector %v, want %v", spec.NodeSelector, want)
+	}
+	var keys []string
+	for _, tol := range spec.Tolerations {
+		keys = append(keys, tol.Key+":"+string(tol.Effect))
+	}
+	if want := []string{"nvidia.com/gpu:NoSchedule", "node.kubernetes.io/not-ready:NoSchedule"}; !slices.Equal(keys, want) {
+		t.Errorf("tolerations %v, want %v", keys, want)
+	}
+	for _, tc := range []struct {
+		vals map[string]any
+		want map[string]string
+	}{
+		{values("rdmaNodeLabel", ""), nil},
+		{values("rdmaNodeLabel", "example.com/rdma="), map[string]string{"example.com/rdma": ""}},
+		{values("rdmaNodeLabel", "example.com/rdma=yes", "nodeSelector", map[string]any{"pool": "training"}), map[string]string{"example.com/rdma": "yes", "pool": "training"}},
+		{values("nodeSelector", map[string]any{"feature.node.kubernetes.io/rdma.capable": "false"}), map[string]string{"feature.node.kubernetes.io/rdma.capable": "false"}},
+	} {
+		ds, _ := render(t, tc.vals)
+		if got := ds.Spec.Template.Spec.NodeSelector; !maps.Equal(got, tc.want) {
+			t.Errorf("values %v: nodeSelector %v, want %v", tc.vals, got, tc.want)
 		}
 	}
 }

@@ -330,7 +330,7 @@ func checkNRI(spec corev1.PodSpec) error {
 		if err := pfl.Parse(flags); err != nil {
 			return fmt.Errorf("the init container's NRI flags %q: %w", flags, err)
 		}
-		if pre.Memlock != o.Memlock || pre.ShmSize != o.ShmSize || pre.LogLevel != o.LogLevel || pre.SandboxRoots != o.SandboxRoots {
+		if pre.Memlock != o.Memlock || pre.ShmSize != o.ShmSize || pre.MaxShmSize != o.MaxShmSize || pre.LogLevel != o.LogLevel || pre.SandboxRoots != o.SandboxRoots {
 			return fmt.Errorf("the pre-installed plugin's flags %q differ from the container's %q: pods would get other limits after a runtime restart", flags, c.Command[1:])
 		}
 	}
@@ -396,11 +396,11 @@ func TestNRIContainer(t *testing.T) {
 			c.Command = []string{"/rdma-netns-nri", "--shm-size", "1GB"}
 		}, "--shm-size"},
 		{"socket elsewhere", func(c *corev1.Container, _ *corev1.PodSpec) {
-			c.Command = slices.Replace(slices.Clone(c.Command), 2, 3, "/run/nri/nri.sock")
+			c.Command = setFlag(c.Command, "--socket", "/run/nri/nri.sock")
 		}, "/run/nri is not mounted"},
 		{"sandbox root not mounted", func(c *corev1.Container, s *corev1.PodSpec) {
-			s.InitContainers[0].Command = slices.Replace(slices.Clone(s.InitContainers[0].Command), 18, 19, "/run/containers/storage/overlay-containers")
-			c.Command = slices.Replace(slices.Clone(c.Command), 8, 9, "/run/containers/storage/overlay-containers")
+			s.InitContainers[0].Command = setFlag(s.InitContainers[0].Command, "--sandbox-root", "/run/containers/storage/overlay-containers")
+			c.Command = setFlag(c.Command, "--sandbox-root", "/run/containers/storage/overlay-containers")
 		}, "/run/containers/storage/overlay-containers is not mounted"},
 		{"netns without propagation", func(c *corev1.Container, _ *corev1.PodSpec) { c.VolumeMounts[1].MountPropagation = nil }, "HostToContainer"},
 		{"sandboxes read-only", func(c *corev1.Container, _ *corev1.PodSpec) { c.VolumeMounts[2].ReadOnly = true }, "readOnly true, want false"},
@@ -413,8 +413,15 @@ func TestNRIContainer(t *testing.T) {
 		}, "only SYS_ADMIN"},
 		{"no nri container", func(c *corev1.Container, _ *corev1.PodSpec) { c.Command = []string{"/rdma-netns-exporter"} }, "no container runs"},
 		{"pre-installed copy sized otherwise", func(c *corev1.Container, _ *corev1.PodSpec) {
-			c.Command = slices.Replace(slices.Clone(c.Command), 6, 7, "2Gi")
+			c.Command = setFlag(c.Command, "--shm-size", "2Gi")
 		}, "differ from the container's"},
+		{"pre-installed copy capped otherwise", func(c *corev1.Container, _ *corev1.PodSpec) {
+			c.Command = setFlag(c.Command, "--max-shm-size", "32Gi")
+		}, "differ from the container's"},
+		{"default above the cap", func(c *corev1.Container, s *corev1.PodSpec) {
+			s.InitContainers[0].Command = setFlag(s.InitContainers[0].Command, "--shm-size", "32Gi")
+			c.Command = setFlag(c.Command, "--shm-size", "32Gi")
+		}, "--shm-size 32Gi is above --max-shm-size 16Gi"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			spec := loadDaemonSet(t).Spec.Template.Spec
@@ -434,6 +441,15 @@ func TestNRIContainer(t *testing.T) {
 			}
 		})
 	}
+}
+
+// setFlag is a copy of cmd with the value after flag replaced.
+func setFlag(cmd []string, flag, value string) []string {
+	cmd = slices.Clone(cmd)
+	if i := slices.Index(cmd, flag); i >= 0 && i+1 < len(cmd) {
+		cmd[i+1] = value
+	}
+	return cmd
 }
 
 // rdma-netns install recognises the line with which the plugin accepts the

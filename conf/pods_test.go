@@ -73,6 +73,9 @@ func TestNCCLPods(t *testing.T) {
 		if limit := pod.Spec.Containers[0].Resources.Limits.Memory().Value(); n > uint64(limit) {
 			t.Errorf("shm-size %s above the memory limit %d: the plugin caps it, so the example would promise too much", v, limit)
 		}
+		if n > podadjust.DefaultPolicy.MaxShmSize {
+			t.Errorf("shm-size %s above the plugin's default --max-shm-size %s: the example would be refused", v, podadjust.FormatSize(podadjust.DefaultPolicy.MaxShmSize))
+		}
 	}
 	nets, err := networksOf(pod)
 	if err != nil || len(nets) == 0 {

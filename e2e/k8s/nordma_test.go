@@ -3,6 +3,7 @@
 package k8s
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"regexp"
@@ -13,15 +14,21 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/rdma-netns/rdma-netns/e2e/cri/cririg"
 	"github.com/rdma-netns/rdma-netns/e2e/internal/rig"
+	"github.com/rdma-netns/rdma-netns/e2e/k8s/node"
 )
 
 // A node without RDMA hardware (make e2e-k8s boots one with vm-run.sh
-// --no-rxe): the DaemonSet, installed as everywhere else, runs there without
-// an error or a restart, and a pod on a plain network (Multus's default,
-// ptp) is untouched: no RDMA device, no /dev/infiniband, the runtime's
-// memlock, its 64 MiB /dev/shm and nothing from the NRI plugin.
+// --no-rxe). The DaemonSet runs only on nodes with the RDMA label, and
+// this node carries it (node.RDMALabelKey) as an operator who labels a
+// node by mistake would: the DaemonSet runs there without an error or a
+// restart, and a pod on a plain network (Multus's default, ptp) is
+// untouched: no RDMA device, no /dev/infiniband, the runtime's memlock,
+// its 64 MiB /dev/shm and nothing from the NRI plugin. Without the label
+// the DaemonSet's pod leaves the node and none is wanted there.
 func TestNoRDMA(t *testing.T) {
 	if devs, err := rig.RDMAIn(""); err != nil || len(devs) != 0 || vmConf("VM_RXE") != "0" {
 		t.Skipf("the node has RDMA devices %v (%v): not a node without RDMA hardware (vm-run.sh --no-rxe)", devs, err)
@@ -81,6 +88,33 @@ func TestNoRDMA(t *testing.T) {
 	}
 	if by := adjustedBy(t, *p); by != "" {
 		t.Errorf("plain pod: %s = %q, want none: the NRI plugin changed a pod without RDMA devices", nriAdjustedBy, by)
+	}
+
+	labelNode(t, nil)
+	t.Cleanup(func() { labelNode(t, new(node.RDMALabelValue)) })
+	err = cririg.Wait(2*time.Minute, "no DaemonSet pod on the node without the RDMA label, none wanted", func() (bool, error) {
+		pods, err := cs.CoreV1().Pods(dsNamespace).List(ctx(t), metav1.ListOptions{LabelSelector: dsSelector})
+		if err != nil {
+			return false, err
+		}
+		ds, err := cs.AppsV1().DaemonSets(dsNamespace).Get(ctx(t), dsName, metav1.GetOptions{})
+		return err == nil && len(pods.Items) == 0 && ds.Status.DesiredNumberScheduled == 0, err
+	})
+	if err != nil {
+		t.Error(err)
+	}
+}
+
+// labelNode sets the node's RDMA label to value, or removes it (nil), as
+// `kubectl label node` does.
+func labelNode(t *testing.T, value *string) {
+	t.Helper()
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]*string{node.RDMALabelKey: value}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().Nodes().Patch(ctx(t), node.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatalf("label node %s: %v", node.Name, err)
 	}
 }
 

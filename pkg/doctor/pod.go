@@ -30,7 +30,7 @@ const (
 	nriFix        = "run rdma-netns-nri on the node (conf/daemonset.yaml, container nri) and recreate the pod: NRI changes containers only when they are created"
 	memlockRemedy = nriFix + " (it sets memlock unlimited); or by hand: give the container the IPC_LOCK capability (securityContext.capabilities.add: [\"IPC_LOCK\"]), " +
 		"or raise its memlock limit: set the runtime's default ulimits (containerd: LimitMEMLOCK=infinity in its systemd unit; CRI-O: default_ulimits = [\"memlock=-1:-1\"]; docker: --ulimit memlock=-1)"
-	shmRemedy = nriFix + " (it grows the pod's /dev/shm, rdma-netns.io/shm-size: 16Gi to choose); or by hand: mount a memory-backed emptyDir on /dev/shm (volumes: emptyDir: {medium: Memory, sizeLimit: 16Gi}), or docker --shm-size=16g; " +
+	shmRemedy = nriFix + " (it grows the pod's /dev/shm, rdma-netns.io/shm-size: 16Gi to choose, up to the node's --max-shm-size, 16Gi by default); or by hand: mount a memory-backed emptyDir on /dev/shm (volumes: emptyDir: {medium: Memory, sizeLimit: 16Gi}), or docker --shm-size=16g; " +
 		"NCCL_SHM_DISABLE=1 avoids /dev/shm for NCCL at some speed cost, as a last resort"
 	charRemedy = nriFix + " (it adds exactly the pod's uverbs nodes and rdma_cm); or by hand: let an RDMA device plugin (k8s-rdma-shared-dev-plugin, sriov-network-device-plugin) inject /dev/infiniband for the pod's resource, or run the container privileged"
 )

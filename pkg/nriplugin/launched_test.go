@@ -212,6 +212,28 @@ func TestExistingReport(t *testing.T) {
 	}
 }
 
+// At connection, a running pod that asks for more /dev/shm than the node
+// allows (created while the plugin was away, or under a higher cap) keeps
+// its /dev/shm as it is, and the log says why.
+func TestExistingAboveTheCap(t *testing.T) {
+	shm := &countShm{}
+	a := &podadjust.Adjuster{Policy: podadjust.DefaultPolicy, Kernel: fakeKernel{}, Shm: shm}
+	pod := testPod("rdma-pod", "/run/netns/rdma-pod", map[string]string{podadjust.AnnotationShmSize: "1Ti"})
+	ctrs := []*api.Container{{Id: "b", Name: "bare", PodSandboxId: "rdma-pod",
+		Mounts: []*api.Mount{{Destination: "/dev/shm", Source: "/run/containerd/io.containerd.grpc.v1.cri/sandboxes/rdma-pod/shm", Type: "bind"}}}}
+	var text []string
+	for _, l := range existing(a, []*api.PodSandbox{pod}, ctrs, t.TempDir()) {
+		text = append(text, l.text)
+	}
+	if all := strings.Join(text, "\n"); !strings.Contains(all, "team-a/rdma-pod/bare (rxe0): created while rdma-netns-nri was not serving") ||
+		!strings.Contains(all, "/dev/shm left as it is: rdma-netns-nri: the pod's annotation rdma-netns.io/shm-size: 1Ti") {
+		t.Errorf("report:\n%s", all)
+	}
+	if shm.resized != 0 {
+		t.Errorf("the pod's /dev/shm was resized to %d above the cap", shm.resized)
+	}
+}
+
 // countShm is a 64 MiB tmpfs that remembers its last resize.
 type countShm struct{ resized uint64 }
 
@@ -246,5 +268,19 @@ func TestDoctorKnowsThePlugin(t *testing.T) {
 	}
 	if doctor.RealEnv("/sys", "/var/lib/cni/rdma-netns").NRILock != DefaultLock {
 		t.Fatal("the doctor looks for the plugin's lock elsewhere")
+	}
+}
+
+// A default /dev/shm above the cap a pod may ask for is a configuration
+// error, on the command line and in the runtime's configuration file.
+func TestShmSizeAboveTheCap(t *testing.T) {
+	conf := filepath.Join(t.TempDir(), "10-rdma-netns-nri.conf")
+	os.WriteFile(conf, []byte("--shm-size 2Gi\n"), 0o644)
+	var out strings.Builder
+	if code := Main([]string{"--shm-size", "32Gi", "--check-config", conf}, &out); code != 2 || !strings.Contains(out.String(), "--shm-size 32Gi") || !strings.Contains(out.String(), "--max-shm-size 16Gi") {
+		t.Errorf("--shm-size 32Gi with the default cap: exit %d, %q; want 2 naming both flags", code, out.String())
+	}
+	if _, err := parseConfig("--shm-size 32Gi\n"); err == nil || !strings.Contains(err.Error(), "--max-shm-size") {
+		t.Errorf("parseConfig(--shm-size 32Gi) = %v, want an error naming --max-shm-size", err)
 	}
 }

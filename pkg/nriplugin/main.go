@@ -25,8 +25,8 @@ import (
 	"github.com/rdma-netns/rdma-netns/pkg/rdmans"
 )
 
-const usage = `Usage: rdma-netns-nri [--socket PATH] [--memlock LIMIT] [--shm-size SIZE] [--sandbox-root DIRS] [--index NN]
-                      [--lock PATH] [--log-level LEVEL] [--log-file PATH]
+const usage = `Usage: rdma-netns-nri [--socket PATH] [--memlock LIMIT] [--shm-size SIZE] [--max-shm-size SIZE] [--sandbox-root DIRS]
+                      [--index NN] [--lock PATH] [--log-level LEVEL] [--log-file PATH]
        rdma-netns-nri --check-config FILE
 
 An NRI plugin for containerd (>= 1.7; on by default in 2.x) and CRI-O
@@ -39,7 +39,9 @@ containers share, to --shm-size (never above the pod's memory limit).
 Pods without an RDMA device, and every pod of a node not in exclusive RDMA
 netns mode (where every netns sees every device), are never touched. Per pod:
   rdma-netns.io/nri: skip          leave every container of the pod alone
-  rdma-netns.io/shm-size: 16Gi     this pod's /dev/shm size ("keep": 64 MiB)
+  rdma-netns.io/shm-size: 16Gi     this pod's /dev/shm size ("keep": 64 MiB); a pod
+                                   asking more than --max-shm-size is refused: its
+                                   containers are not created, its events say why
 When it connects it grows the /dev/shm of RDMA pods whose containers were
 created while it was away, and logs each such container that lacks its
 device nodes or memlock (they cannot be changed while they run).
@@ -61,7 +63,7 @@ Flags:
 
 // Options are the plugin's command line.
 type Options struct {
-	Socket, Memlock, ShmSize, SandboxRoots, Index, LogLevel string
+	Socket, Memlock, ShmSize, MaxShmSize, SandboxRoots, Index, LogLevel string
 	// Lock is the file whose lock decides which instance serves.
 	Lock string
 	// LogFile is where the log goes; "" is stderr, except for a
@@ -78,6 +80,7 @@ func FlagSet(o *Options) *flag.FlagSet {
 	fl.StringVar(&o.Socket, "socket", api.DefaultSocketPath, "the runtime's NRI socket `PATH`")
 	fl.StringVar(&o.Memlock, "memlock", "unlimited", "RLIMIT_MEMLOCK (soft and hard) of the containers: `LIMIT` unlimited, a Kubernetes quantity (64Gi, 1.5Gi, 2G, 1e9), or keep (the runtime's); a container that has at least that much keeps its own")
 	fl.StringVar(&o.ShmSize, "shm-size", podadjust.FormatSize(podadjust.DefaultPolicy.ShmSize), "default `SIZE` of a pod's /dev/shm, a Kubernetes quantity (16Gi, 1.5Gi, 2G, 1e9), or keep (the runtime's 64Mi); capped at the pod's memory limit")
+	fl.StringVar(&o.MaxShmSize, "max-shm-size", podadjust.FormatSize(podadjust.DefaultPolicy.MaxShmSize), "the most /dev/shm a pod may ask for with rdma-netns.io/shm-size, a Kubernetes quantity: a pod holding RDMA devices that asks more is refused (its containers are not created); at least --shm-size")
 	fl.StringVar(&o.SandboxRoots, "sandbox-root", strings.Join(podadjust.DefaultPolicy.SandboxRoots, ","), "comma-separated `DIRS` where the runtime keeps a directory per pod sandbox holding the pod's shm tmpfs (containerd: <state>/io.containerd.grpc.v1.cri/sandboxes, CRI-O: <runroot>/overlay-containers); only a /dev/shm from there is resized")
 	fl.StringVar(&o.Index, "index", "50", "the plugin's two-digit NRI index: `NN` orders it among the runtime's NRI plugins")
 	fl.StringVar(&o.LogLevel, "log-level", "info", "`LEVEL` error, warn, info (one line per adjusted container) or debug (one per container)")
@@ -96,6 +99,13 @@ func (o Options) Policy() (podadjust.Policy, error) {
 	}
 	if p.ShmSize, err = podadjust.ParseShmSize(o.ShmSize); err != nil {
 		return p, fmt.Errorf("--shm-size: %v", err)
+	}
+	if p.MaxShmSize, err = podadjust.ParseMaxShmSize(o.MaxShmSize); err != nil {
+		return p, fmt.Errorf("--max-shm-size: %v", err)
+	}
+	if p.ShmSize > p.MaxShmSize {
+		return p, fmt.Errorf("--shm-size %s is above --max-shm-size %s: the node's default would be more than any pod may ask for; lower --shm-size or raise --max-shm-size",
+			strings.TrimSpace(o.ShmSize), strings.TrimSpace(o.MaxShmSize))
 	}
 	for _, root := range strings.Split(o.SandboxRoots, ",") {
 		if !filepath.IsAbs(root) {
@@ -183,7 +193,8 @@ func newPlugin(policy podadjust.Policy, log *logging.Logger, who string) *plugin
 }
 
 func settings(policy podadjust.Policy, o Options) string {
-	return fmt.Sprintf("memlock %s, /dev/shm %s, sandbox roots %s, lock %s", policy.Memlock, shmString(policy.ShmSize), strings.Join(policy.SandboxRoots, ","), o.Lock)
+	return fmt.Sprintf("memlock %s, /dev/shm %s (a pod may ask up to %s), sandbox roots %s, lock %s", policy.Memlock, shmString(policy.ShmSize),
+		podadjust.FormatSize(policy.MaxShmSize), strings.Join(policy.SandboxRoots, ","), o.Lock)
 }
 
 // stubs makes the NRI stubs of plugin p, one per connection.

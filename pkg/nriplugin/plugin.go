@@ -9,6 +9,7 @@ package nriplugin
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"sort"
@@ -68,12 +69,19 @@ func (p *plugin) Configure(_ context.Context, config, runtime, version string) (
 }
 
 // CreateContainer adjusts a container of a pod that holds RDMA devices.
-// It never fails the container: a pod the plugin cannot read starts as it
+// It fails the container only for a pod that asks for more than the node
+// allows: the runtime fails the creation with our error, and kubelet puts
+// it in the pod's events ("failed to get NRI adjustment for container:
+// ... rdma-netns-nri: ..."). A pod the plugin cannot read starts as it
 // would without the plugin, and the log says why.
 func (p *plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
 	start := time.Now()
 	adj, d := p.adj.Adjust(pod, ctr)
 	took := time.Since(start)
+	if d.Outcome == podadjust.Refused {
+		p.log.Warnf("%s: %s", containerName(pod, ctr), d)
+		return nil, nil, errors.New(d.Reason)
+	}
 	if adj != nil {
 		adj.AddAnnotation(AnnotationAdjustedBy, p.who)
 		if len(d.Warnings) > 0 {
@@ -162,6 +170,9 @@ func existing(a *podadjust.Adjuster, pods []*api.PodSandbox, ctrs []*api.Contain
 		name := fmt.Sprintf("%s (%s)", containerName(pod, ctr), devs)
 		rdma = append(rdma, name)
 		_, d := a.Adjust(pod, ctr) // grows the pod's /dev/shm; the rest cannot reach a running container
+		if d.Outcome == podadjust.Refused {
+			d.Shm = "left as it is: " + d.Reason
+		}
 		if by, ok := ctr.GetAnnotations()[AnnotationAdjustedBy]; ok {
 			adjusted = append(adjusted, name)
 			lines = append(lines, logLine{text: fmt.Sprintf("%s: adjusted at its creation by %s; /dev/shm %s", name, by, d.Shm)})

@@ -218,15 +218,16 @@ func TestRunRetriesUntilStopped(t *testing.T) {
 }
 
 func TestMainFlags(t *testing.T) {
-	for _, args := range [][]string{{"--memlock", "lots"}, {"--shm-size", "0"}, {"--shm-size", "2GB"}, {"--index", "5"}, {"--socket", "nri.sock"}, {"stray"},
+	for _, args := range [][]string{{"--memlock", "lots"}, {"--shm-size", "0"}, {"--shm-size", "2GB"}, {"--shm-size", "17Gi"}, {"--max-shm-size", "0"},
+		{"--max-shm-size", "keep"}, {"--max-shm-size", "512Mi"}, {"--index", "5"}, {"--socket", "nri.sock"}, {"stray"},
 		{"--log-level", "verbose"}, {"--sandbox-root", "/run/containerd/io.containerd.grpc.v1.cri/sandboxes,relative"}} {
 		var stderr bytes.Buffer
 		if code := Main(args, &stderr); code != 2 || !strings.Contains(stderr.String(), args[0]) {
 			t.Errorf("%v: exit %d, want 2 (usage error) naming %s; stderr:\n%s", args, code, args[0], stderr.String())
 		}
 	}
-	o := Options{Socket: "/run/nri.sock", Memlock: "1.5Gi", ShmSize: "2G", SandboxRoots: "/run/k3s/containerd/io.containerd.grpc.v1.cri/sandboxes/", Index: "50", LogLevel: "debug"}
-	if p, err := o.Policy(); err != nil || p.Memlock.Bytes != 1536<<20 || p.ShmSize != 2e9 || !slices.Equal(p.SandboxRoots, []string{"/run/k3s/containerd/io.containerd.grpc.v1.cri/sandboxes"}) {
+	o := Options{Socket: "/run/nri.sock", Memlock: "1.5Gi", ShmSize: "2G", MaxShmSize: "4Gi", SandboxRoots: "/run/k3s/containerd/io.containerd.grpc.v1.cri/sandboxes/", Index: "50", LogLevel: "debug"}
+	if p, err := o.Policy(); err != nil || p.Memlock.Bytes != 1536<<20 || p.ShmSize != 2e9 || p.MaxShmSize != 4<<30 || !slices.Equal(p.SandboxRoots, []string{"/run/k3s/containerd/io.containerd.grpc.v1.cri/sandboxes"}) {
 		t.Errorf("Policy() = %+v, %v", p, err)
 	}
 	var stderr bytes.Buffer
@@ -286,6 +287,37 @@ func TestPluginSharedMode(t *testing.T) {
 	l := logs.String()
 	if strings.Count(l, "shared netns mode") != 1 || !strings.Contains(l, "netns_mode=0") || strings.Contains(l, "nccl") {
 		t.Fatalf("want the shared mode and its fix said once, at connection, and no line per container:\n%s", l)
+	}
+}
+
+// A pod asking more /dev/shm than the node allows fails its container's
+// creation: the runtime gets the plugin's error, which kubelet shows in
+// the pod's events, and the node log names the pod. A pod within the cap
+// is adjusted as usual.
+func TestPluginRefusesShmAboveTheCap(t *testing.T) {
+	socket := filepath.Join(t.TempDir(), "nri.sock")
+	greedy := testPod("rdma-pod", "/run/netns/rdma-pod", map[string]string{podadjust.AnnotationShmSize: "1Ti"})
+	r := runtime(t, socket, nil, nil)
+	defer r.Stop()
+	logs := &syncBuffer{}
+	p := &plugin{adj: &podadjust.Adjuster{Policy: podadjust.DefaultPolicy, Kernel: fakeKernel{}, Shm: noShm{}}, log: logging.NewWriter(logs, "info")}
+	servePlugin(t, p, socket, logs)
+	ctr := &api.Container{Id: "nccl", Name: "nccl", PodSandboxId: greedy.Id, Linux: &api.LinuxContainer{}}
+	resp, err := r.CreateContainer(context.Background(), &api.CreateContainerRequest{Pod: greedy, Container: ctr})
+	if err == nil {
+		t.Fatalf("a container of a pod asking 1Ti of /dev/shm was created: %v", resp.GetAdjust())
+	}
+	for _, want := range []string{"rdma-netns.io/shm-size", "1Ti", "--max-shm-size 16Gi"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the runtime's error %q does not name %q", err, want)
+		}
+	}
+	if l := logs.String(); !strings.Contains(l, "team-a/rdma-pod/nccl") || !strings.Contains(l, "1Ti") {
+		t.Errorf("the node log does not name the refused container:\n%s", l)
+	}
+	within := testPod("rdma-pod", "/run/netns/rdma-pod", map[string]string{podadjust.AnnotationShmSize: "16Gi"})
+	if adj := create(t, r, within, "ok", true); len(adj.GetLinux().GetDevices()) != 2 {
+		t.Fatalf("a pod within the cap was not adjusted; log:\n%s", logs)
 	}
 }
 

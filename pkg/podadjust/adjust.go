@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/containerd/nri/pkg/api"
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/rdma-netns/rdma-netns/pkg/rdmans"
 )
@@ -68,6 +69,10 @@ const (
 	NetnsUnknown
 	// NoDevice: the pod's network namespace holds no RDMA device.
 	NoDevice
+	// Refused: the pod holds RDMA devices but asks for more than the node
+	// allows (a /dev/shm above Policy.MaxShmSize). The plugin fails the
+	// container's creation with the reason, which the pod's events show.
+	Refused
 )
 
 // Decision says what Adjust did to one container and why, for the log.
@@ -88,7 +93,11 @@ type Decision struct {
 }
 
 func (d Decision) String() string {
-	if d.Outcome != Adjusted {
+	switch d.Outcome {
+	case Adjusted:
+	case Refused:
+		return "refused: " + d.Reason
+	default:
 		return "not adjusted: " + d.Reason
 	}
 	s := fmt.Sprintf("pod netns %s holds %s: devices %s", d.Netns, strings.Join(d.Devices, ","), strings.Join(d.Nodes, " "))
@@ -108,17 +117,23 @@ func (d *Decision) skip(o Outcome, reason string) {
 
 // Adjust decides the adjustment of a container being created in pod.
 // A nil adjustment means the container is left as the runtime made it.
-// It never fails the container: what it cannot find out or do is in the
-// decision, and `rdma-netns doctor --pid` tells the rest.
+// Only a pod that asks for more than the node allows is refused (outcome
+// Refused, the reason for the pod's events); what Adjust cannot find out
+// or do is in the decision, and `rdma-netns doctor --pid` tells the rest.
 func (a *Adjuster) Adjust(pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, Decision) {
 	nodes, d := a.Nodes(pod)
 	if nodes == nil {
 		return nil, d
 	}
+	shm, err := a.shmWanted(pod, &d)
+	if err != nil {
+		d.skip(Refused, err.Error())
+		return nil, d
+	}
 	adj := &api.ContainerAdjustment{}
 	a.addDevices(adj, ctr, nodes, &d)
 	a.setMemlock(adj, ctr, &d)
-	d.Shm = a.sizeShm(pod, ctr, &d)
+	d.Shm = a.sizeShm(pod, ctr, shm, &d)
 	return adj, d
 }
 
@@ -320,17 +335,8 @@ func memlockOf(ctr *api.Container) (uint64, bool) {
 // mount. It is only ever
 // grown: shrinking a tmpfs below what is in use fails, and another
 // container of the pod may have asked for more.
-func (a *Adjuster) sizeShm(pod *api.PodSandbox, ctr *api.Container, d *Decision) string {
-	want := a.Policy.ShmSize
-	why := "node default"
-	if v, ok := pod.GetAnnotations()[AnnotationShmSize]; ok {
-		n, err := ParseShmSize(v)
-		if err != nil {
-			d.Warnings = append(d.Warnings, fmt.Sprintf("annotation %s ignored: %v", AnnotationShmSize, err))
-		} else {
-			want, why = n, "annotation"
-		}
-	}
+func (a *Adjuster) sizeShm(pod *api.PodSandbox, ctr *api.Container, shm shmRequest, d *Decision) string {
+	want, why := shm.size, shm.why
 	if want == 0 {
 		return "kept as the runtime made it (" + why + ")"
 	}
@@ -358,6 +364,47 @@ func (a *Adjuster) sizeShm(pod *api.PodSandbox, ctr *api.Container, d *Decision)
 		return "unchanged at " + FormatSize(have)
 	}
 	return fmt.Sprintf("%s (%s; was %s)", FormatSize(want), why, FormatSize(have))
+}
+
+// shmRequest is the /dev/shm size a pod gets (0: the runtime's) and why.
+type shmRequest struct {
+	size uint64
+	why  string
+}
+
+// shmWanted is the node's default size, or the pod's annotation when it
+// is a size: one that cannot be read is ignored (the default applies, the
+// decision warns), one above Policy.MaxShmSize is an error, for the pod's
+// events. The pod's memory limit does not excuse it: the pod asked for
+// more than the node allows, and it learns so now rather than from a
+// smaller /dev/shm than it asked for.
+func (a *Adjuster) shmWanted(pod *api.PodSandbox, d *Decision) (shmRequest, error) {
+	v, ok := pod.GetAnnotations()[AnnotationShmSize]
+	if !ok {
+		return shmRequest{a.Policy.ShmSize, "node default"}, nil
+	}
+	n, err := ParseShmSize(v)
+	if err != nil {
+		d.Warnings = append(d.Warnings, fmt.Sprintf("annotation %s ignored: %v", AnnotationShmSize, err))
+		return shmRequest{a.Policy.ShmSize, "node default"}, nil
+	}
+	if n > a.Policy.MaxShmSize {
+		limit := FormatSize(a.Policy.MaxShmSize)
+		return shmRequest{}, fmt.Errorf("rdma-netns-nri: the pod's annotation %s: %s asks for more /dev/shm than this node allows (rdma-netns-nri --max-shm-size %s): "+
+			"ask for %s or less, or have the cluster's operator raise the cap (Helm chart value nri.maxShmSize)",
+			AnnotationShmSize, canonical(v), limit, limit)
+	}
+	return shmRequest{n, "annotation"}, nil
+}
+
+// canonical is a quantity that parsed, as Kubernetes writes it: short,
+// whatever the pod wrote around it.
+func canonical(v string) string {
+	q, err := resource.ParseQuantity(strings.TrimSpace(v))
+	if err != nil {
+		return "?"
+	}
+	return q.String()
 }
 
 // shmSize prints a tmpfs size.

@@ -473,3 +473,45 @@ func TestAdjustFindsTheNetnsThroughThePodPid(t *testing.T) {
 		})
 	}
 }
+
+// A pod may ask for a /dev/shm up to the node's cap (DefaultPolicy:
+// 16Gi) and no more: one asking more is refused, whatever its memory
+// limit, with a reason that names the annotation, the size it asked, the
+// cap and the flag, and nothing is given or resized. "keep" and a size at
+// the cap are not refused.
+func TestAdjustShmAboveTheNodeCap(t *testing.T) {
+	for _, tc := range []struct {
+		ann      string
+		podLimit int64
+		refused  bool
+	}{
+		{"17Gi", 0, true},
+		{"1Ti", 0, true},
+		{"1Ti", 8 << 30, true}, // the memory limit would cap it; the pod still asked more than the node allows
+		{"16Gi", 0, false},
+		{"16Gi", 4 << 30, false},
+		{Keep, 0, false},
+	} {
+		t.Run(tc.ann, func(t *testing.T) {
+			a, _, s := world()
+			adj, d := a.Adjust(pod(map[string]string{AnnotationShmSize: tc.ann}, tc.podLimit), container(shmPath, 0))
+			if !tc.refused {
+				if adj == nil || d.Outcome != Adjusted {
+					t.Fatalf("refused a pod within the cap: %s", d)
+				}
+				return
+			}
+			if adj != nil || d.Outcome == Adjusted {
+				t.Fatalf("a pod asking %s of /dev/shm was adjusted: %s (shm now %s)", tc.ann, d, FormatSize(s.size[shmPath]))
+			}
+			if len(s.resized) != 0 {
+				t.Errorf("refused, yet /dev/shm resized: %v", s.resized)
+			}
+			for _, want := range []string{AnnotationShmSize, tc.ann, "16Gi", "--max-shm-size"} {
+				if !strings.Contains(d.Reason, want) {
+					t.Errorf("reason %q does not name %q", d.Reason, want)
+				}
+			}
+		})
+	}
+}

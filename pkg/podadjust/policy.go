@@ -25,7 +25,8 @@ const (
 	AnnotationNRI = "rdma-netns.io/nri"
 	// AnnotationShmSize sets the pod's /dev/shm size, a Kubernetes
 	// quantity ("16Gi", "1.5Gi", "2G", "1e9", bytes), or "keep" to leave
-	// the runtime's (64 MiB). Never above the pod's memory limit.
+	// the runtime's (64 MiB). Never above the pod's memory limit; a pod
+	// asking more than the node's Policy.MaxShmSize is refused.
 	AnnotationShmSize = "rdma-netns.io/shm-size"
 	// Skip is the value of AnnotationNRI that opts a pod out.
 	Skip = "skip"
@@ -40,6 +41,10 @@ type Policy struct {
 	// ShmSize is the /dev/shm size of a pod without AnnotationShmSize;
 	// 0 leaves the runtime's.
 	ShmSize uint64
+	// MaxShmSize is the most a pod may ask for with AnnotationShmSize: a
+	// pod asking more is refused (its containers are not created). 0
+	// lets no pod choose a size (only keep).
+	MaxShmSize uint64
 	// SandboxRoots are the directories under which the runtime keeps a
 	// directory per pod sandbox, named by its ID, holding the pod's shm
 	// tmpfs. Only a /dev/shm from there is resized.
@@ -57,7 +62,16 @@ const (
 // DefaultPolicy: unlimited memlock (pinned pages are still charged to the
 // pod's memory cgroup, so the pod's memory limit still bounds them) and
 // 1 GiB of /dev/shm, the size below which `rdma-netns doctor` warns.
-var DefaultPolicy = Policy{Memlock: Memlock{Unlimited: true}, ShmSize: 1 << 30,
+//
+// A pod may ask for up to 16 GiB of /dev/shm, the size conf/pod-nccl.yaml
+// and the doctor's remedy suggest for a NCCL worker. The pod's memory
+// limit bounds what the tmpfs really holds (its pages are charged to the
+// memory cgroup of the container that writes them), but a pod without a
+// limit would be bounded by nothing, and tmpfs pages, unlike a process's,
+// are not freed when the OOM killer ends the writer: they stay until the
+// pod goes. The cap keeps one such pod from taking most of a node's memory
+// as /dev/shm; a node running larger jobs raises it.
+var DefaultPolicy = Policy{Memlock: Memlock{Unlimited: true}, ShmSize: 1 << 30, MaxShmSize: 16 << 30,
 	SandboxRoots: []string{ContainerdSandboxRoot, CRIOSandboxRoot}}
 
 // Memlock is a memlock setting: keep the runtime's, unlimited, or a size.
@@ -111,6 +125,19 @@ func ParseShmSize(s string) (uint64, error) {
 	}
 	if n == 0 {
 		return 0, fmt.Errorf("/dev/shm size %q: a tmpfs of size 0 is unlimited; say keep to leave the runtime's", s)
+	}
+	return n, nil
+}
+
+// ParseMaxShmSize reads the cap on the /dev/shm a pod may ask for: a size
+// above 0.
+func ParseMaxShmSize(s string) (uint64, error) {
+	n, err := ParseSize(s)
+	if err != nil {
+		return 0, fmt.Errorf("/dev/shm cap %q: want a size: %v", s, err)
+	}
+	if n == 0 {
+		return 0, fmt.Errorf("/dev/shm cap %q: want a size above 0 (to let pods ask for no more than the node's default, make it the default size)", s)
 	}
 	return n, nil
 }

@@ -420,6 +420,29 @@ func TestPolicy(t *testing.T) {
 	wantAdjusted(t, kept, 64<<10)
 }
 
+// A pod holding an RDMA device that asks for more /dev/shm than the node
+// allows (the plugin's default --max-shm-size, 16Gi) gets no container:
+// containerd fails the creation with the plugin's message, the one kubelet
+// puts in the pod's events, and the plugin's log names the container.
+func TestShmAboveTheCap(t *testing.T) {
+	exclusiveOnly(t)
+	before := nririg.LogLines()
+	pod := runPod(t, cririg.PodSpec{Name: "nri-greedy", Handler: "rdma-eth1", Annotations: map[string]string{"rdma-netns.io/shm-size": "32Gi"}})
+	c, err := ctd.RunContainer(ctx(t), pod, unprivileged("worker"))
+	if err == nil {
+		t.Fatalf("a container of a pod asking 32Gi of /dev/shm was created: %+v", inspect(t, c))
+	}
+	t.Logf("containerd: %v", err)
+	for _, want := range []string{"rdma-netns.io/shm-size: 32Gi", "--max-shm-size 16Gi", "nri.maxShmSize"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("containerd's error does not say %q", want)
+		}
+	}
+	if l := nririg.LogSince(before); !strings.Contains(l, "nri-test/nri-greedy/worker: refused") {
+		t.Errorf("the plugin's log does not name the refused container:\n%s", l)
+	}
+}
+
 // The plugin killed while pods run: their containers keep what they got;
 // a container created meanwhile starts without it (and the doctor says
 // so); the restarted plugin reports the running containers and adjusts

@@ -34,6 +34,13 @@ const (
 	Name = "localhost"
 	// AdminKubeconfig is an admin's kubeconfig for the tests.
 	AdminKubeconfig = ConfDir + "/admin.conf"
+	// RDMALabelKey and RDMALabelValue are the label the chart's DaemonSet
+	// selects its nodes by (rdmaNodeLabel), which Node Feature Discovery
+	// puts on nodes with an NVIDIA/Mellanox NIC. The VM's RDMA devices
+	// are soft-RoCE, which NFD does not see, so kubelet registers the node
+	// with it, as an operator labels an RDMA node of another make.
+	RDMALabelKey   = "feature.node.kubernetes.io/rdma.capable"
+	RDMALabelValue = "true"
 )
 
 // kubeletConfig is the node's KubeletConfiguration. What the test VM needs
@@ -137,6 +144,9 @@ func StartKubelet() (*Kubelet, error) {
 		// kubelet refuses a loopback node IP; the API server reaches it as
 		// "localhost" (the host's 127.0.0.1:<port>, forwarded here).
 		"--node-ip", NodeIP,
+		// A kubelet may set labels of the node.kubernetes.io namespace
+		// and its subdomains on its own node (NodeRestriction allows them).
+		"--node-labels", RDMALabelKey+"="+RDMALabelValue,
 		"--v", "1")
 	k.cmd.Stdout, k.cmd.Stderr = logf, logf
 	k.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

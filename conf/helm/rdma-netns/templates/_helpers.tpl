@@ -37,7 +37,23 @@ same limits whichever instance serves it.
 */}}
 {{- define "rdma-netns.nriFlags" -}}
 {{- $n := .Values.nri -}}
-{{- list "--memlock" (toString $n.memlock) "--shm-size" (toString $n.shmSize) "--sandbox-root" $n.sandboxRoot "--log-level" $n.logLevel | toJson -}}
+{{- $flags := list "--memlock" (toString $n.memlock) "--shm-size" (toString $n.shmSize) -}}
+{{- with $n.maxShmSize -}}
+{{- $flags = concat $flags (list "--max-shm-size" (toString .)) -}}
+{{- end -}}
+{{- concat $flags (list "--sandbox-root" $n.sandboxRoot "--log-level" $n.logLevel) | toJson -}}
+{{- end -}}
+
+{{/* The DaemonSet's nodeSelector: rdmaNodeLabel (KEY=VALUE) and nodeSelector, whose value wins for the same key. */}}
+{{- define "rdma-netns.nodeSelector" -}}
+{{- $sel := deepCopy (.Values.nodeSelector | default dict) -}}
+{{- with .Values.rdmaNodeLabel -}}
+{{- $kv := splitn "=" 2 . -}}
+{{- if not (hasKey $sel $kv._0) -}}
+{{- $_ := set $sel $kv._0 $kv._1 -}}
+{{- end -}}
+{{- end -}}
+{{- toJson $sel -}}
 {{- end -}}
 
 {{/* The init container's command: install the plugin, and the NRI plugin with its flags. */}}
