@@ -359,19 +359,7 @@ func (c *NetConf) PodRequest() (PodRequest, error) {
 	if err != nil {
 		errs = append(errs, err)
 	}
-	for _, s := range []Source{
-		{c.CNIArgs.RdmaDevice, "CNI_ARGS rdmaDevice"},
-		{argsCNI.RdmaDevice, "args.cni.rdmaDevice"},
-	} {
-		if s.Value == "" {
-			continue
-		}
-		if !validRDMAName(s.Value) {
-			errs = append(errs, errBadName(s.From, s.Value))
-			continue
-		}
-		req.Devices = append(req.Devices, s)
-	}
+	req.Devices = validNames(&errs, Source{c.CNIArgs.RdmaDevice, "CNI_ARGS rdmaDevice"}, Source{argsCNI.RdmaDevice, "args.cni.rdmaDevice"})
 	if rc := c.RuntimeConfig.DeviceID; rc != "" && rc != c.DeviceID && rc != c.PCIBusID {
 		if validDeviceID(rc) {
 			req.DeviceIDs = append(req.DeviceIDs, Source{rc, "runtimeConfig.deviceID"})
@@ -379,17 +367,7 @@ func (c *NetConf) PodRequest() (PodRequest, error) {
 			errs = append(errs, errBadDeviceID("runtimeConfig.deviceID", rc))
 		}
 	}
-	for _, s := range []Source{
-		{c.CNIArgs.RdmaDevName, "CNI_ARGS rdmaDevName"},
-		{argsCNI.RdmaDevName, "args.cni.rdmaDevName"},
-	} {
-		if s.Value == "" {
-			continue
-		}
-		if !validRDMAName(s.Value) {
-			errs = append(errs, errBadName(s.From, s.Value))
-			continue
-		}
+	for _, s := range validNames(&errs, Source{c.CNIArgs.RdmaDevName, "CNI_ARGS rdmaDevName"}, Source{argsCNI.RdmaDevName, "args.cni.rdmaDevName"}) {
 		switch {
 		case req.DevName.Value == "":
 			req.DevName = s
@@ -401,6 +379,22 @@ func (c *NetConf) PodRequest() (PodRequest, error) {
 		return PodRequest{}, fmt.Errorf("the pod's own settings were refused: %w; nothing was changed", errors.Join(errs...))
 	}
 	return req, nil
+}
+
+// validNames are the sources that are set and valid RDMA device names; an
+// invalid one adds its error to errs.
+func validNames(errs *[]error, srcs ...Source) []Source {
+	var ok []Source
+	for _, s := range srcs {
+		switch {
+		case s.Value == "":
+		case !validRDMAName(s.Value):
+			*errs = append(*errs, errBadName(s.From, s.Value))
+		default:
+			ok = append(ok, s)
+		}
+	}
+	return ok
 }
 
 // argsCNI decodes the rdma-netns keys of args.cni. Other keys belong to

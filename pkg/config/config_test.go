@@ -91,6 +91,14 @@ func TestParseDefaults(t *testing.T) {
 	}
 }
 
+// withFields is a valid minimal configuration with the JSON members fields.
+func withFields(fields string) string {
+	if fields == "" {
+		return `{"cniVersion":"1.0.0","name":"n","type":"rdma-netns"}`
+	}
+	return `{"cniVersion":"1.0.0","name":"n","type":"rdma-netns",` + fields + `}`
+}
+
 func TestParseValidationErrors(t *testing.T) {
 	long64 := strings.Repeat("a", 64)
 	long129 := strings.Repeat("a", 129)
@@ -129,11 +137,7 @@ func TestParseValidationErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			stdin := `{"cniVersion":"1.0.0","name":"n","type":"rdma-netns"`
-			if tt.fields != "" {
-				stdin += "," + tt.fields
-			}
-			stdin += "}"
+			stdin := withFields(tt.fields)
 			c, err := Parse([]byte(stdin), tt.cniArgs)
 			if err == nil {
 				t.Fatalf("Parse accepted %s (CNI_ARGS %q): %+v", stdin, tt.cniArgs, c)
@@ -390,11 +394,7 @@ func TestPodRequestErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			stdin := `{"cniVersion":"1.0.0","name":"n","type":"rdma-netns"`
-			if tt.fields != "" {
-				stdin += "," + tt.fields
-			}
-			stdin += "}"
+			stdin := withFields(tt.fields)
 			c, err := ParseSettings([]byte(stdin), tt.cniArgs)
 			if err != nil {
 				t.Fatalf("ParseSettings (DEL's parse) refused it: %v", err)
