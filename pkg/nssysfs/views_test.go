@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rdma-netns/rdma-netns/pkg/inventory"
+	"github.com/rdma-netns/rdma-netns/pkg/podns/podnstest"
 )
 
 func needRoot(t *testing.T) {
@@ -156,19 +157,9 @@ func TestViewsKeepNoNetnsAlive(t *testing.T) {
 func TestViewsNeverShowAGoneNetnsInPlaceOfANewOne(t *testing.T) {
 	needRoot(t)
 	path := filepath.Join(t.TempDir(), "netns")
-	if err := os.WriteFile(path, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
 	var v Views
 	for _, dummy := range []string{"first", "second", "third"} {
-		ns, err := testutils.NewNS()
-		if err != nil {
-			t.Fatal(err)
-		}
-		err = unix.Mount(ns.Path(), path, "", unix.MS_BIND, "")
-		ns.Close()
-		testutils.UnmountNS(ns)
-		if err != nil {
+		if err := podnstest.MountNew(path); err != nil {
 			t.Fatal(err)
 		}
 		addDummy(t, path, dummy)
@@ -181,4 +172,17 @@ func TestViewsNeverShowAGoneNetnsInPlaceOfANewOne(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+func classNet(t *testing.T, root string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(root + "/class/net")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names
 }
