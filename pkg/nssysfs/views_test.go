@@ -46,7 +46,7 @@ func viewClassNet(t *testing.T, v *Views, path string) []string {
 	t.Helper()
 	var names []string
 	if err := v.In(path, func(root string) error {
-		names = classNet(t, root)
+		names = podnstest.Netdevs(t, root)
 		return nil
 	}); err != nil {
 		t.Fatal(err)
@@ -74,7 +74,7 @@ func TestViewsShowEachNetnsItsOwn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hostNet := classNet(t, "/sys")
+	hostNet := podnstest.Netdevs(t, "/sys")
 	var v Views
 	for range 3 {
 		for i, want := range [][]string{{"lo", "view-a", "view-a-p"}, {"lo", "view-b", "view-b-p"}} {
@@ -86,7 +86,7 @@ func TestViewsShowEachNetnsItsOwn(t *testing.T) {
 	if v.Len() != 2 {
 		t.Fatalf("%d views kept for 2 namespaces", v.Len())
 	}
-	if got := classNet(t, "/sys"); !slices.Equal(got, hostNet) {
+	if got := podnstest.Netdevs(t, "/sys"); !slices.Equal(got, hostNet) {
 		t.Fatalf("host /sys/class/net changed: %v -> %v", hostNet, got)
 	}
 	if after, _ := inventory.Stat("/proc/self/ns/net"); after != before {
@@ -172,17 +172,4 @@ func TestViewsNeverShowAGoneNetnsInPlaceOfANewOne(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-}
-
-func classNet(t *testing.T, root string) []string {
-	t.Helper()
-	entries, err := os.ReadDir(root + "/class/net")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, e := range entries {
-		names = append(names, e.Name())
-	}
-	return names
 }

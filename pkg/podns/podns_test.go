@@ -19,6 +19,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/rdma-netns/rdma-netns/pkg/podns/podnstest"
 )
 
 // The main goroutine keeps the main thread: TestMain, and the helper
@@ -92,19 +94,6 @@ func tasksIn(t *testing.T, want uint64) []string {
 		}
 	}
 	return in
-}
-
-func classNet(t *testing.T, root string) []string {
-	t.Helper()
-	entries, err := os.ReadDir(filepath.Join(root, "class/net"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, e := range entries {
-		names = append(names, e.Name())
-	}
-	return names
 }
 
 // On the caller's thread fn runs in the pod's netns with a handle on the
@@ -201,11 +190,11 @@ func TestDiscardEndsTheThread(t *testing.T) {
 // read-only one is mounted.
 func TestSysfsShowsThePodsOwn(t *testing.T) {
 	pod := newNetns(t, "podns-s")
-	hostNet := classNet(t, "/sys")
+	hostNet := podnstest.Netdevs(t, "/sys")
 	read := func() (names []string, mtu string) {
 		t.Helper()
 		err := Do(pod.Path(), func(th Thread) error {
-			names = classNet(t, th.Sysfs)
+			names = podnstest.Netdevs(t, th.Sysfs)
 			b, err := os.ReadFile(filepath.Join(th.Sysfs, "class/net/lo/mtu"))
 			mtu = strings.TrimSpace(string(b))
 			return err
@@ -219,7 +208,7 @@ func TestSysfsShowsThePodsOwn(t *testing.T) {
 	if want := []string{"lo", "podns-s", "podns-s-p"}; !slices.Equal(names, want) {
 		t.Fatalf("class/net in the pod = %v, want %v", names, want)
 	}
-	if got := classNet(t, "/sys"); !slices.Equal(got, hostNet) {
+	if got := podnstest.Netdevs(t, "/sys"); !slices.Equal(got, hostNet) {
 		t.Fatalf("the caller's /sys/class/net changed: %v -> %v", hostNet, got)
 	}
 	newMTU := "1280"

@@ -5,6 +5,8 @@ package podnstest
 
 import (
 	"os"
+	"path/filepath"
+	"testing"
 
 	"github.com/containernetworking/plugins/pkg/testutils"
 	"golang.org/x/sys/unix"
@@ -23,4 +25,19 @@ func MountNew(path string) error {
 	defer testutils.UnmountNS(fresh)
 	defer fresh.Close()
 	return unix.Mount(fresh.Path(), path, "", unix.MS_BIND, "")
+}
+
+// Netdevs lists the netdevs of a sysfs (class/net under root): a sysfs
+// shows those of the netns it was mounted in.
+func Netdevs(t testing.TB, root string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(filepath.Join(root, "class/net"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names
 }
