@@ -2,7 +2,6 @@ package conf
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -14,6 +13,8 @@ import (
 
 	"github.com/pelletier/go-toml/v2"
 	nodev1 "k8s.io/api/node/v1"
+
+	"github.com/rdma-netns/rdma-netns/pkg/handlernet"
 )
 
 // conf/containerd is rdma-netns on a node without Multus: a containerd 2.x
@@ -42,13 +43,6 @@ type runtimeHandler struct {
 	CNIMaxConfNum int    `toml:"cni_max_conf_num"`
 }
 
-// containerdNetwork is what the checks read of a conflist.
-type containerdNetwork struct {
-	file, device, address string
-	hasRdmaNetns          bool
-	cniVersion            string
-}
-
 // checkContainerdSetup checks the directory laid out as conf/containerd:
 // rdma-netns.toml, net.d/ (the default network), <handler>.d/ per handler,
 // runtimeclasses.yaml.
@@ -75,13 +69,13 @@ func checkContainerdSetup(dir string) error {
 		return errors.New("rdma-netns.toml declares no runtime handler")
 	}
 
-	nets := map[string]containerdNetwork{} // handler ("" = default) -> network
+	nets := map[string]handlernet.Network{} // handler ("" = default) -> network
 	def, err := onlyNetwork(dir, "net.d")
 	if err != nil {
 		return err
 	}
-	if !def.hasRdmaNetns {
-		return fmt.Errorf("%s: the default network has no rdma-netns: containerd asks only it for STATUS, so NetworkReady would not reflect rdma-netns", def.file)
+	if !def.RdmaNetns {
+		return fmt.Errorf("%s: the default network has no rdma-netns: containerd asks only it for STATUS, so NetworkReady would not reflect rdma-netns", def.File)
 	}
 	nets[""] = def
 	var names []string
@@ -100,8 +94,8 @@ func checkContainerdSetup(dir string) error {
 		if err != nil {
 			return err
 		}
-		if !n.hasRdmaNetns {
-			return fmt.Errorf("%s: handler %s's network has no rdma-netns", n.file, name)
+		if !n.RdmaNetns {
+			return fmt.Errorf("%s: handler %s's network has no rdma-netns", n.File, name)
 		}
 		nets[name] = n
 	}
@@ -109,14 +103,14 @@ func checkContainerdSetup(dir string) error {
 	// whole NIC, so two networks on one would fail each other's pods.
 	byDevice, byAddr := map[string]string{}, map[string]string{}
 	for _, n := range nets {
-		if other, ok := byDevice[n.device]; ok {
-			return fmt.Errorf("%s and %s both move NIC %s", other, n.file, n.device)
+		if other, ok := byDevice[n.Device]; ok {
+			return fmt.Errorf("%s and %s both move NIC %s", other, n.File, n.Device)
 		}
-		byDevice[n.device] = n.file
-		if other, ok := byAddr[n.address]; ok {
-			return fmt.Errorf("%s and %s both assign %s", other, n.file, n.address)
+		byDevice[n.Device] = n.File
+		if other, ok := byAddr[n.Addresses[0]]; ok {
+			return fmt.Errorf("%s and %s both assign %s", other, n.File, n.Addresses[0])
 		}
-		byAddr[n.address] = n.file
+		byAddr[n.Addresses[0]] = n.File
 	}
 	// No network directory that no handler loads.
 	dirs, err := filepath.Glob(filepath.Join(dir, "*.d"))
@@ -154,53 +148,19 @@ func checkContainerdSetup(dir string) error {
 	return nil
 }
 
-// onlyNetwork reads the one conflist in dir/sub: containerd loads the
-// first one it finds (cni_max_conf_num = 1), so a second would be dead.
-func onlyNetwork(dir, sub string) (containerdNetwork, error) {
-	files, err := filepath.Glob(filepath.Join(dir, sub, "*.conflist"))
+// onlyNetwork reads the one conflist in dir/sub and checks what a handler's
+// network needs.
+func onlyNetwork(dir, sub string) (handlernet.Network, error) {
+	n, err := handlernet.Read(filepath.Join(dir, sub))
 	if err != nil {
-		return containerdNetwork{}, err
+		return n, err
 	}
-	if len(files) != 1 {
-		return containerdNetwork{}, fmt.Errorf("%s: %d conflists, want 1", sub, len(files))
-	}
-	raw, err := os.ReadFile(files[0])
-	if err != nil {
-		return containerdNetwork{}, err
-	}
-	var list struct {
-		CNIVersion string `json:"cniVersion"`
-		Plugins    []struct {
-			Type   string `json:"type"`
-			Device string `json:"device"`
-			IPAM   struct {
-				Addresses []struct {
-					Address string `json:"address"`
-				} `json:"addresses"`
-			} `json:"ipam"`
-		} `json:"plugins"`
-	}
-	if err := json.Unmarshal(raw, &list); err != nil {
-		return containerdNetwork{}, fmt.Errorf("%s: %v", files[0], err)
-	}
-	n := containerdNetwork{file: filepath.Join(sub, filepath.Base(files[0])), cniVersion: list.CNIVersion}
 	// STATUS, which feeds NetworkReady, exists from CNI 1.1.0 on.
-	if list.CNIVersion != "1.1.0" {
-		return n, fmt.Errorf("%s: cniVersion %q, want 1.1.0 (containerd asks STATUS of 1.1.0 networks only)", n.file, list.CNIVersion)
+	if n.CNIVersion != "1.1.0" {
+		return n, fmt.Errorf("%s: cniVersion %q, want 1.1.0 (containerd asks STATUS of 1.1.0 networks only)", n.File, n.CNIVersion)
 	}
-	for _, p := range list.Plugins {
-		switch p.Type {
-		case "host-device":
-			n.device = p.Device
-			if len(p.IPAM.Addresses) == 1 {
-				n.address = p.IPAM.Addresses[0].Address
-			}
-		case "rdma-netns":
-			n.hasRdmaNetns = true
-		}
-	}
-	if n.device == "" || n.address == "" {
-		return n, fmt.Errorf("%s: want host-device naming its NIC with one static address", n.file)
+	if n.Device == "" || len(n.Addresses) != 1 {
+		return n, fmt.Errorf("%s: want host-device naming its NIC with one static address", n.File)
 	}
 	return n, nil
 }

@@ -4,8 +4,6 @@ package e2e
 
 import (
 	"bytes"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -22,6 +20,7 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	"github.com/rdma-netns/rdma-netns/e2e/internal/doctorrun"
 	"github.com/rdma-netns/rdma-netns/pkg/doctor"
 	"github.com/rdma-netns/rdma-netns/pkg/inventory"
 )
@@ -122,45 +121,20 @@ func startWorkload(t *testing.T, nsPath, kind string) int {
 // without --json. It returns the report and the exit status.
 func runDoctor(t *testing.T, args ...string) (*doctor.Report, int) {
 	t.Helper()
-	run := func(args ...string) ([]byte, int) {
-		cmd := exec.Command(filepath.Join(cniBinDir, "rdma-netns"), append([]string{"doctor"}, args...)...)
-		cmd.Env = withoutCNI(os.Environ())
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		out, err := cmd.Output()
-		code := 0
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			code = ee.ExitCode()
-		} else if err != nil {
-			t.Fatalf("run doctor: %v", err)
-		}
-		if stderr.Len() > 0 {
-			t.Logf("doctor stderr: %s", stderr.String())
-		}
-		return out, code
+	bin := filepath.Join(cniBinDir, "rdma-netns")
+	text, textCode, err := doctorrun.Text(bin, args...)
+	if err != nil {
+		t.Fatal(err)
 	}
-	text, textCode := run(args...)
 	t.Logf("rdma-netns doctor %s (exit %d):\n%s", strings.Join(args, " "), textCode, text)
-	out, code := run(append(args, "--json")...)
-	var r doctor.Report
-	if err := json.Unmarshal(out, &r); err != nil {
-		t.Fatalf("doctor --json: %v\n%s", err, out)
+	r, code, err := doctorrun.JSON(bin, args...)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if code != r.ExitCode || code != textCode {
-		t.Fatalf("exit status %d (plain %d), report says %d", code, textCode, r.ExitCode)
+	if code != textCode {
+		t.Fatalf("exit status %d with --json, %d without", code, textCode)
 	}
-	return &r, code
-}
-
-func withoutCNI(env []string) []string {
-	var out []string
-	for _, e := range env {
-		if !strings.HasPrefix(e, "CNI_") {
-			out = append(out, e)
-		}
-	}
-	return out
+	return r, code
 }
 
 func findings(r *doctor.Report, check, subjectPrefix string) []doctor.Finding {

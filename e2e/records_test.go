@@ -14,7 +14,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
-	"github.com/rdma-netns/rdma-netns/pkg/inventory/nstest"
+	"github.com/rdma-netns/rdma-netns/pkg/podns/podnstest"
 	"github.com/rdma-netns/rdma-netns/pkg/rdmans"
 )
 
@@ -259,7 +259,7 @@ func wipeState(t *testing.T) {
 // reusing a name or the kernel reusing a PID leaves it.
 func mountNetnsAt(t *testing.T, path string) {
 	t.Helper()
-	if err := nstest.MountNew(path); err != nil {
+	if err := podnstest.MountNew(path); err != nil {
 		t.Fatalf("mount a new netns at %s: %v", path, err)
 	}
 	t.Cleanup(func() {

@@ -7,7 +7,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/rdma-netns/rdma-netns/pkg/inventory/nstest"
+	"github.com/rdma-netns/rdma-netns/pkg/podns/podnstest"
 	"github.com/rdma-netns/rdma-netns/pkg/rdmans"
 	"github.com/rdma-netns/rdma-netns/pkg/state"
 )
@@ -228,7 +228,7 @@ func TestSandboxIDReusedWithNewNetns(t *testing.T) {
 // runtime reusing a name or the kernel reusing a PID does.
 func mountNewNetnsAt(t *testing.T, path string) {
 	t.Helper()
-	if err := nstest.MountNew(path); err != nil {
+	if err := podnstest.MountNew(path); err != nil {
 		t.Fatalf("mount a new netns at %s: %v", path, err)
 	}
 	t.Cleanup(func() { unix.Unmount(path, unix.MNT_DETACH); os.Remove(path) })

@@ -12,6 +12,7 @@ require (
 )
 
 require (
+	github.com/Mellanox/rdmamap v1.2.0 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/containerd/stargz-snapshotter/estargz v0.16.3 // indirect
 	github.com/containernetworking/cni v1.3.1 // indirect

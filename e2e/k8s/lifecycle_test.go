@@ -77,101 +77,90 @@ func TestForcedDelete(t *testing.T) {
 	}
 }
 
-// kubelet restarted with a pod running changes nothing: the pod keeps its
-// sandbox and device, and no CNI ADD or DEL runs for it.
+// kubelet restarted with a pod running changes nothing (survivesRestart).
 func TestKubeletRestart(t *testing.T) {
-	netns, dev := runClassPod(t, "survivor", "rdma-eth2")
-	sb := sandboxOf(t, "default", "survivor").Id
+	survivesRestart(t, "survivor", "kubelet", func() error {
+		if d, err := cluster.CPUTime(kubelet.Pid()); err == nil {
+			stoppedKubeletCPU += d
+		}
+		kubelet.Stop()
+		var err error
+		if kubelet, err = node.StartKubelet(); err != nil {
+			return err
+		}
+		return waitNode(4*time.Minute, true)
+	})
+}
+
+// containerd killed and started again with a pod running changes nothing
+// (survivesRestart), and the pod's device comes back through the new
+// containerd.
+func TestContainerdRestart(t *testing.T) {
+	survivesRestart(t, "ctd-survivor", "containerd", func() error {
+		if d, err := cluster.CPUTime(ctd.Pid()); err == nil {
+			stoppedContainerdCPU += d
+		}
+		restarted, err := ctd.Restart()
+		if err != nil {
+			return err
+		}
+		ctd = restarted
+		return nil
+	})
+}
+
+// survivesRestart runs a pod called name, restarts what (kubelet or
+// containerd) with restart, and checks that nothing changed for the pod:
+// kubelet keeps it Running with its sandbox, the device stays in its
+// netns, and no CNI ADD or DEL runs for it. Deleting it afterwards returns
+// the device.
+func survivesRestart(t *testing.T, name, what string, restart func() error) {
+	t.Helper()
+	netns, dev := runClassPod(t, name, "rdma-eth2")
+	sb := sandboxOf(t, "default", name).Id
 	before, err := cririg.Calls()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d, err := cluster.CPUTime(kubelet.Pid()); err == nil {
-		stoppedKubeletCPU += d
+	if err := restart(); err != nil {
+		t.Fatalf("restart %s: %v", what, err)
 	}
-	kubelet.Stop()
-	if kubelet, err = node.StartKubelet(); err != nil {
-		t.Fatal(err)
-	}
+	// Give kubelet a few sync rounds over the pod after the restart.
+	time.Sleep(20 * time.Second)
 	if err := waitNode(4*time.Minute, true); err != nil {
 		t.Fatal(err)
 	}
-	// Give the restarted kubelet a few sync rounds over the pod.
-	time.Sleep(20 * time.Second)
-	p, err := cs.CoreV1().Pods("default").Get(ctx(t), "survivor", metav1.GetOptions{})
+	p, err := cs.CoreV1().Pods("default").Get(ctx(t), name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if p.Status.Phase != corev1.PodRunning {
-		t.Errorf("pod after kubelet's restart: %s", p.Status.Phase)
+		t.Errorf("pod after %s's restart: %s", what, p.Status.Phase)
 	}
-	if got := sandboxOf(t, "default", "survivor").Id; got != sb {
-		t.Errorf("pod's sandbox changed across kubelet's restart: %s, was %s", got, sb)
-	}
-	if in, err := rig.RDMAIn(netns); err != nil || len(in) != 1 || in[0] != dev {
-		t.Errorf("pod's RDMA devices after kubelet's restart: %v (%v), want [%s]", in, err, dev)
-	}
+	kept(t, name, what+"'s restart", sb, netns, dev)
 	calls, err := cririg.Calls()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range calls[len(before):] {
 		if c.ContainerID == sb && c.Command != "STATUS" {
-			t.Errorf("kubelet's restart made containerd call %s %s for the running pod", c.Plugin, c.Command)
+			t.Errorf("%s's restart made containerd call %s %s for the running pod", what, c.Plugin, c.Command)
 		}
 	}
-	deletePod(t, "default", "survivor", metav1.DeleteOptions{})
+	deletePod(t, "default", name, metav1.DeleteOptions{})
 	waitHome(t, dev)
 }
 
-// containerd killed and started again with a pod running changes nothing:
-// kubelet keeps the pod and its sandbox, the device stays in its netns, no
-// CNI ADD or DEL runs for it, and deleting it afterwards returns the
-// device through the new containerd.
-func TestContainerdRestart(t *testing.T) {
-	netns, dev := runClassPod(t, "ctd-survivor", "rdma-eth2")
-	sb := sandboxOf(t, "default", "ctd-survivor").Id
-	before, err := cririg.Calls()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d, err := cluster.CPUTime(ctd.Pid()); err == nil {
-		stoppedContainerdCPU += d
-	}
-	restarted, err := ctd.Restart()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctd = restarted
-	// Give kubelet a few sync rounds against the new containerd.
-	time.Sleep(20 * time.Second)
-	if err := waitNode(2*time.Minute, true); err != nil {
-		t.Fatal(err)
-	}
-	p, err := cs.CoreV1().Pods("default").Get(ctx(t), "ctd-survivor", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if p.Status.Phase != corev1.PodRunning {
-		t.Errorf("pod after containerd's restart: %s", p.Status.Phase)
-	}
-	if got := sandboxOf(t, "default", "ctd-survivor").Id; got != sb {
-		t.Errorf("pod's sandbox changed across containerd's restart: %s, was %s", got, sb)
+// kept checks that the pod called name kept its sandbox sb across what,
+// and its netns its one RDMA device dev.
+func kept(t *testing.T, name, what, sb, netns, dev string) {
+	t.Helper()
+	if got := sandboxOf(t, "default", name).Id; got != sb {
+		t.Errorf("pod's sandbox changed across %s: %s, was %s", what, got, sb)
 	}
 	if in, err := rig.RDMAIn(netns); err != nil || len(in) != 1 || in[0] != dev {
-		t.Errorf("pod's RDMA devices after containerd's restart: %v (%v), want [%s]", in, err, dev)
+		t.Errorf("pod's RDMA devices after %s: %v (%v), want [%s]", what, in, err, dev)
 	}
-	calls, err := cririg.Calls()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range calls[len(before):] {
-		if c.ContainerID == sb && c.Command != "STATUS" {
-			t.Errorf("containerd's restart made it call %s %s for the running pod", c.Plugin, c.Command)
-		}
-	}
-	deletePod(t, "default", "ctd-survivor", metav1.DeleteOptions{})
-	waitHome(t, dev)
 }
 
 // uverbsOf is the uverbs node (uverbsN) of an RDMA device, read from the
@@ -221,12 +210,7 @@ func TestCrashRestart(t *testing.T) {
 		t.Fatalf("%v\nlast status: %+v\nevents:\n%s", err, last, events(t, "default", "crasher"))
 	}
 	t.Logf("container restarted (restartCount %d) and running %s after create", last.RestartCount, time.Since(started).Round(time.Millisecond))
-	if got := sandboxOf(t, "default", "crasher").Id; got != sb {
-		t.Errorf("pod's sandbox changed across the container's restart: %s, was %s", got, sb)
-	}
-	if in, err := rig.RDMAIn(netns); err != nil || len(in) != 1 || in[0] != dev {
-		t.Errorf("pod's RDMA devices after the container's restart: %v (%v), want [%s]", in, err, dev)
-	}
+	kept(t, "crasher", "the container's restart", sb, netns, dev)
 	if rig.HostHas(t, dev) {
 		t.Errorf("%s is in the host netns with the pod running", dev)
 	}

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -17,8 +16,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/rdma-netns/rdma-netns/e2e/cri/cririg"
+	"github.com/rdma-netns/rdma-netns/e2e/internal/doctorrun"
 	"github.com/rdma-netns/rdma-netns/e2e/internal/rig"
 	"github.com/rdma-netns/rdma-netns/e2e/k8s/node"
+	"github.com/rdma-netns/rdma-netns/pkg/doctor"
 )
 
 // The node rebooted. make e2e-k8s boots the VM twice on one disk
@@ -181,14 +182,19 @@ func afterReboot(t *testing.T) {
 			t.Errorf("%s is held by no pod and is not in the host netns", dev)
 		}
 	}
-	out, err := exec.Command("/opt/cni/bin/rdma-netns", "doctor").CombinedOutput()
-	t.Logf("rdma-netns doctor after the reboot:\n%s", out)
-	if err != nil {
-		t.Errorf("rdma-netns doctor on the rebooted node: %v, want exit status 0", err)
+	if text, _, err := doctorrun.Text(cririg.CNIBinDir + "/rdma-netns"); err == nil {
+		t.Logf("rdma-netns doctor after the reboot:\n%s", text)
 	}
-	for _, l := range strings.Split(string(out), "\n") {
-		if f := strings.Fields(l); len(f) > 0 && (f[0] == "WARN" || f[0] == "FAIL") {
-			t.Errorf("rdma-netns doctor on the rebooted node: %s", strings.TrimSpace(l))
+	report, code, err := doctorrun.JSON(cririg.CNIBinDir + "/rdma-netns")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code != 0 {
+		t.Errorf("rdma-netns doctor on the rebooted node: exit status %d, want 0", code)
+	}
+	for _, f := range report.Findings {
+		if f.Severity != doctor.OK {
+			t.Errorf("rdma-netns doctor on the rebooted node: %s %s %s: %s", f.Severity, f.Check, f.Subject, f.Reason)
 		}
 	}
 

@@ -18,7 +18,8 @@ import (
 // binary links no NRI code): where the runtime finds pre-installed
 // plugins, the lock the running instance holds, and the annotations it
 // puts on the containers it adjusts (nriplugin.AnnotationAdjustedBy and
-// AnnotationWarnings; conf/'s tests check they match).
+// AnnotationWarnings; TestDoctorKnowsThePlugin in
+// pkg/nriplugin/launched_test.go checks they match, and the lock).
 const (
 	NRIAdjustedBy = "rdma-netns.io/nri-adjusted-by"
 	NRIWarnings   = "rdma-netns.io/nri-warnings"

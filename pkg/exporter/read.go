@@ -21,12 +21,13 @@ type NodeReader struct {
 	Views *nssysfs.Views
 }
 
-// Read implements Reader. For a netns other than its own it runs on a
-// fresh OS thread that joins the netns (see nssysfs), and lists and reads
-// the devices in that one visit: sysfs shows only the RDMA devices and
-// netdevs of the netns it was mounted from, and netlink sockets opened on
-// that thread talk to that netns. The thread is never returned to the Go
-// runtime, so a thread left in a pod's netns cannot run anything else.
+// Read implements Reader. For a netns other than its own it runs on an OS
+// thread that joins the netns (nssysfs, on podns's thread rules), and lists
+// and reads the devices in that one visit: sysfs shows only the RDMA
+// devices and netdevs of the netns it was mounted from, and netlink sockets
+// opened on that thread talk to that netns. With Views the thread goes
+// back to the exporter's netns afterwards; without, it is thrown away with
+// the mount namespace its sysfs is in.
 func (r NodeReader) Read(nsPath string) ([]DeviceStats, error) {
 	if nsPath == "" {
 		return readHere(r.SysfsRoot)

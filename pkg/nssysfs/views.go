@@ -3,11 +3,12 @@ package nssysfs
 import (
 	"errors"
 	"fmt"
-	"runtime"
 	"strconv"
 	"sync"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/rdma-netns/rdma-netns/pkg/podns"
 )
 
 // Views keeps one detached sysfs per network namespace from one call to
@@ -40,14 +41,14 @@ type view struct {
 
 // In runs fn on an OS thread that has joined the netns at nsPath, with
 // root the netns's view of sysfs (kept for the next call). Nothing here
-// changes a thread for good, so the thread returns to its own netns and to
-// the Go runtime afterwards; one that cannot return dies instead. On a
-// kernel without fsopen (before 5.2), or where seccomp refuses it, it is
-// the package's In.
+// changes a thread for good, so the thread goes back to its own netns and
+// to the Go runtime afterwards (podns.Do without Discard): a new thread for
+// every netns would cost more than the visit itself. On a kernel without
+// fsopen (before 5.2), or where seccomp refuses it, it is the package's In.
 func (v *Views) In(nsPath string, fn func(root string) error) error {
 	v.busy.RLock()
 	defer v.busy.RUnlock()
-	err := visit(nsPath, func() error {
+	err := podns.Do(nsPath, func(podns.Thread) error {
 		fd, cached, err := v.viewHere()
 		if err != nil {
 			return err
@@ -145,77 +146,4 @@ func detachedSysfs() (int, error) {
 		return -1, fmt.Errorf("fsmount sysfs: %w", err)
 	}
 	return fd, nil
-}
-
-// visit runs fn on an OS thread that has joined the netns at nsPath and
-// goes back to its own netns afterwards: a new thread for every netns
-// (onThreadIn) costs more than the visit itself. A thread that cannot go
-// back is never unlocked, so it ends with fn's goroutine.
-func visit(nsPath string, fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		if unix.Gettid() == unix.Getpid() {
-			// The main thread's netns is the process's in /proc/PID/ns:
-			// others read it meanwhile (see In).
-			errc <- visit(nsPath, fn)
-			runtime.UnlockOSThread()
-			return
-		}
-		back, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("open the thread's own netns: %w", err)
-			return
-		}
-		defer unix.Close(back)
-		fd, err := unix.Open(nsPath, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("open netns %s: %w", nsPath, err)
-			return
-		}
-		err = unix.Setns(fd, unix.CLONE_NEWNET)
-		unix.Close(fd)
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("enter netns %s: %w", nsPath, err)
-			return
-		}
-		err = fn()
-		if unix.Setns(back, unix.CLONE_NEWNET) == nil {
-			runtime.UnlockOSThread()
-		}
-		errc <- err
-	}()
-	return <-errc
-}
-
-// onThreadIn runs fn on a new OS thread that has joined the netns at
-// nsPath. The thread is never unlocked, so the Go runtime ends it when fn
-// returns and no goroutine runs in the pod's netns afterwards.
-func onThreadIn(nsPath string, fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread dies in the netns
-		if unix.Gettid() == unix.Getpid() {
-			// Never leave the main thread in another netns (see In).
-			errc <- onThreadIn(nsPath, fn)
-			runtime.UnlockOSThread()
-			return
-		}
-		errc <- func() error {
-			fd, err := unix.Open(nsPath, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-			if err != nil {
-				return fmt.Errorf("open netns %s: %w", nsPath, err)
-			}
-			err = unix.Setns(fd, unix.CLONE_NEWNET)
-			unix.Close(fd)
-			if err != nil {
-				return fmt.Errorf("enter netns %s: %w", nsPath, err)
-			}
-			return fn()
-		}()
-	}()
-	return <-errc
 }

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rdma-netns/rdma-netns/pkg/inventory"
+	"github.com/rdma-netns/rdma-netns/pkg/podns/podnstest"
 )
 
 func needRoot(t *testing.T) {
@@ -45,7 +46,7 @@ func viewClassNet(t *testing.T, v *Views, path string) []string {
 	t.Helper()
 	var names []string
 	if err := v.In(path, func(root string) error {
-		names = classNet(t, root)
+		names = podnstest.Netdevs(t, root)
 		return nil
 	}); err != nil {
 		t.Fatal(err)
@@ -73,7 +74,7 @@ func TestViewsShowEachNetnsItsOwn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hostNet := classNet(t, "/sys")
+	hostNet := podnstest.Netdevs(t, "/sys")
 	var v Views
 	for range 3 {
 		for i, want := range [][]string{{"lo", "view-a", "view-a-p"}, {"lo", "view-b", "view-b-p"}} {
@@ -85,7 +86,7 @@ func TestViewsShowEachNetnsItsOwn(t *testing.T) {
 	if v.Len() != 2 {
 		t.Fatalf("%d views kept for 2 namespaces", v.Len())
 	}
-	if got := classNet(t, "/sys"); !slices.Equal(got, hostNet) {
+	if got := podnstest.Netdevs(t, "/sys"); !slices.Equal(got, hostNet) {
 		t.Fatalf("host /sys/class/net changed: %v -> %v", hostNet, got)
 	}
 	if after, _ := inventory.Stat("/proc/self/ns/net"); after != before {
@@ -156,19 +157,9 @@ func TestViewsKeepNoNetnsAlive(t *testing.T) {
 func TestViewsNeverShowAGoneNetnsInPlaceOfANewOne(t *testing.T) {
 	needRoot(t)
 	path := filepath.Join(t.TempDir(), "netns")
-	if err := os.WriteFile(path, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
 	var v Views
 	for _, dummy := range []string{"first", "second", "third"} {
-		ns, err := testutils.NewNS()
-		if err != nil {
-			t.Fatal(err)
-		}
-		err = unix.Mount(ns.Path(), path, "", unix.MS_BIND, "")
-		ns.Close()
-		testutils.UnmountNS(ns)
-		if err != nil {
+		if err := podnstest.MountNew(path); err != nil {
 			t.Fatal(err)
 		}
 		addDummy(t, path, dummy)

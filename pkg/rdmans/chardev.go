@@ -7,8 +7,9 @@ import (
 	"strings"
 
 	"github.com/vishvananda/netlink/nl"
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/rdma-netns/rdma-netns/pkg/podns"
 )
 
 // RDMA_NLDEV_CMD_GET_CHARDEV and its attributes, which the netlink package
@@ -56,7 +57,7 @@ type VerbsNodes struct {
 // netns.
 func (Netlink) VerbsNodesIn(nsPath string) (*VerbsNodes, error) {
 	out := &VerbsNodes{}
-	err := visit(nsPath, func(netns.NsHandle) error {
+	err := podns.Do(nsPath, func(podns.Thread) error {
 		devs, err := Links()
 		if err != nil {
 			return fmt.Errorf("cannot list the RDMA devices in netns %s: %v", nsPath, err)
@@ -78,7 +79,7 @@ func (Netlink) VerbsNodesIn(nsPath string) (*VerbsNodes, error) {
 		}
 		out.RdmaCM = cm
 		return nil
-	})
+	}, podns.CallerThread())
 	if err != nil {
 		return nil, err
 	}

@@ -5,8 +5,9 @@ import (
 	"strings"
 
 	"github.com/vishvananda/netlink/nl"
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/rdma-netns/rdma-netns/pkg/podns"
 )
 
 // rdmaNldevCmdPortGet is RDMA_NLDEV_CMD_PORT_GET, which the netlink
@@ -26,7 +27,7 @@ func nldevRequest(cmd, flags int) *nl.NetlinkRequest {
 // it finds a pod's device without any record of what was moved.
 func (Netlink) DeviceOfNetdev(nsPath, ifName string) (string, error) {
 	var dev string
-	err := visit(nsPath, func(netns.NsHandle) error {
+	err := podns.Do(nsPath, func(podns.Thread) error {
 		links, err := Links()
 		if err != nil {
 			return err
@@ -44,7 +45,7 @@ func (Netlink) DeviceOfNetdev(nsPath, ifName string) (string, error) {
 			}
 		}
 		return nil
-	})
+	}, podns.CallerThread())
 	return dev, err
 }
 

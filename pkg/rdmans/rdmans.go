@@ -14,6 +14,8 @@ import (
 	"github.com/vishvananda/netlink/nl"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/rdma-netns/rdma-netns/pkg/podns"
 )
 
 // The kernel's two netns modes for the RDMA subsystem.
@@ -86,24 +88,24 @@ func (Netlink) HostDevices() ([]string, error) {
 // InNetns reports whether the named device is in the netns at nsPath.
 func (Netlink) InNetns(nsPath, name string) (bool, error) {
 	var found bool
-	err := visit(nsPath, func(netns.NsHandle) error {
+	err := podns.Do(nsPath, func(podns.Thread) error {
 		return withRDMA(func(h *netlink.Handle) error {
 			d, err := lookup(h, name)
 			found = d != nil
 			return err
 		})
-	})
+	}, podns.CallerThread())
 	return found, err
 }
 
 // DevicesIn lists the RDMA devices in the netns at nsPath.
 func (Netlink) DevicesIn(nsPath string) ([]string, error) {
 	var names []string
-	err := visit(nsPath, func(netns.NsHandle) error {
+	err := podns.Do(nsPath, func(podns.Thread) error {
 		var err error
 		names, err = Netlink{}.HostDevices()
 		return err
-	})
+	}, podns.CallerThread())
 	return names, err
 }
 
@@ -185,7 +187,7 @@ func devNameIndex(msg []byte) (name string, index uint32) {
 // netns. The kernel looks the device up in the netns of the netlink socket,
 // so the request must come from inside the pod.
 func (Netlink) MoveToHost(name, nsPath string) error {
-	return visit(nsPath, func(host netns.NsHandle) error {
+	return podns.Do(nsPath, func(t podns.Thread) error {
 		return withRDMA(func(h *netlink.Handle) error {
 			d, err := lookup(h, name)
 			if err != nil {
@@ -194,12 +196,12 @@ func (Netlink) MoveToHost(name, nsPath string) error {
 			if d == nil {
 				return fmt.Errorf("RDMA device %s is not in netns %s", name, nsPath)
 			}
-			if err := h.RdmaLinkSetNsFd(d, uint32(host)); err != nil {
+			if err := h.RdmaLinkSetNsFd(d, uint32(t.From)); err != nil {
 				return fmt.Errorf("failed to move RDMA device %s from netns %s back to the host: %v", name, nsPath, classify(err))
 			}
 			return nil
 		})
-	})
+	}, podns.CallerThread())
 }
 
 // Release brings a device back from the netns at nsPath to the caller's
@@ -210,7 +212,7 @@ func (Netlink) MoveToHost(name, nsPath string) error {
 // from the dump serves every request. found is false, with no error, when
 // the pod has the device under neither name.
 func (Netlink) Release(nsPath, hostName, podName string) (found bool, err error) {
-	err = visit(nsPath, func(host netns.NsHandle) error {
+	err = podns.Do(nsPath, func(t podns.Thread) error {
 		return withRDMA(func(h *netlink.Handle) error {
 			devs, err := devices(h)
 			if err != nil {
@@ -226,12 +228,12 @@ func (Netlink) Release(nsPath, hostName, podName string) (found bool, err error)
 					return fmt.Errorf("cannot restore the name of RDMA device %s (called %s in the pod): %v", hostName, podName, classify(err))
 				}
 			}
-			if err := h.RdmaLinkSetNsFd(d, uint32(host)); err != nil {
+			if err := h.RdmaLinkSetNsFd(d, uint32(t.From)); err != nil {
 				return fmt.Errorf("failed to move RDMA device %s from netns %s back to the host: %v", hostName, nsPath, classify(err))
 			}
 			return nil
 		})
-	})
+	}, podns.CallerThread())
 	return found, err
 }
 
@@ -272,14 +274,14 @@ func (Netlink) Rename(nsPath, from, to string) error {
 	if nsPath == "" {
 		return rename()
 	}
-	return visit(nsPath, func(netns.NsHandle) error { return rename() })
+	return podns.Do(nsPath, func(podns.Thread) error { return rename() }, podns.CallerThread())
 }
 
 // NetdevParent returns the bus and name of the device behind a netdev in the
 // netns at nsPath, as the kernel reports it (IFLA_PARENT_DEV_*). Virtual
 // netdevs such as veth have none and return empty strings.
 func (Netlink) NetdevParent(nsPath, ifName string) (bus, dev string, err error) {
-	err = visit(nsPath, func(netns.NsHandle) error {
+	err = podns.Do(nsPath, func(podns.Thread) error {
 		return withHandle(unix.NETLINK_ROUTE, func(h *netlink.Handle) error {
 			link, err := h.LinkByName(ifName)
 			if err != nil {
@@ -288,7 +290,7 @@ func (Netlink) NetdevParent(nsPath, ifName string) (bus, dev string, err error) 
 			bus, dev = link.Attrs().ParentDevBus, link.Attrs().ParentDev
 			return nil
 		})
-	})
+	}, podns.CallerThread())
 	return bus, dev, err
 }
 

@@ -305,3 +305,11 @@ func TestPickPrefersThePodName(t *testing.T) {
 		}
 	}
 }
+
+func TestModeOfParam(t *testing.T) {
+	for in, want := range map[string]string{"Y\n": ModeShared, "N\n": ModeExclusive, "N": ModeExclusive, "1\n": "", "": ""} {
+		if got := modeOfParam([]byte(in)); got != want {
+			t.Errorf("modeOfParam(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -10,13 +10,13 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strconv"
 	"strings"
 
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/rdma-netns/rdma-netns/pkg/podns"
 )
 
 // Settings are the values to apply; nil fields are left alone.
@@ -51,8 +51,10 @@ func Apply(nsPath, dev string, s Settings) error {
 		}
 	}
 	if s.TC != nil {
-		err := inPodSysfs(nsPath, func(sysfs string) error {
-			files, err := tcFiles(sysfs, dev)
+		// The traffic class is in the driver's sysfs, which only a sysfs
+		// mounted in the pod's netns shows once the device moved.
+		err := podns.Do(nsPath, func(t podns.Thread) error {
+			files, err := tcFiles(t.Sysfs, dev)
 			if err != nil {
 				return err
 			}
@@ -62,7 +64,7 @@ func Apply(nsPath, dev string, s Settings) error {
 				}
 			}
 			return nil
-		})
+		}, podns.WritableSysfs())
 		if err != nil {
 			return err
 		}
@@ -88,8 +90,8 @@ func Verify(nsPath, dev string, s Settings) error {
 		}
 	}
 	if s.TC != nil {
-		return inPodSysfs(nsPath, func(sysfs string) error {
-			files, err := tcFiles(sysfs, dev)
+		return podns.Do(nsPath, func(t podns.Thread) error {
+			files, err := tcFiles(t.Sysfs, dev)
 			if err != nil {
 				return err
 			}
@@ -103,7 +105,7 @@ func Verify(nsPath, dev string, s Settings) error {
 				}
 			}
 			return nil
-		})
+		}, podns.Sysfs())
 	}
 	return nil
 }
@@ -172,46 +174,6 @@ func tcFiles(sysfs, dev string) ([]string, error) {
 	}
 	sort.Strings(files)
 	return files, nil
-}
-
-// inPodSysfs runs fn with a sysfs mounted from inside the pod netns: sysfs
-// shows the RDMA devices of the netns it was mounted in, so the host's /sys
-// cannot reach a device that moved. The mount lives in a private mount
-// namespace of a dedicated thread, which is discarded afterwards.
-func inPodSysfs(nsPath string, fn func(sysfs string) error) error {
-	errc := make(chan error, 1)
-	go func() {
-		// Never unlocked: the thread's namespaces no longer match the
-		// process, so the runtime must throw it away when we return.
-		runtime.LockOSThread()
-		errc <- func() error {
-			if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
-				return fmt.Errorf("unshare mount namespace: %v", err)
-			}
-			if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-				return fmt.Errorf("make mounts private: %v", err)
-			}
-			pod, err := netns.GetFromPath(nsPath)
-			if err != nil {
-				return fmt.Errorf("open netns %s: %v", nsPath, err)
-			}
-			defer pod.Close()
-			if err := netns.Set(pod); err != nil {
-				return fmt.Errorf("enter netns %s: %v", nsPath, err)
-			}
-			dir, err := os.MkdirTemp("", "rdma-netns-sysfs-")
-			if err != nil {
-				return err
-			}
-			defer os.Remove(dir)
-			if err := unix.Mount("sysfs", dir, "sysfs", 0, ""); err != nil {
-				return fmt.Errorf("mount sysfs of netns %s: %v", nsPath, err)
-			}
-			defer unix.Unmount(dir, unix.MNT_DETACH)
-			return fn(dir)
-		}()
-	}()
-	return <-errc
 }
 
 func writeInt(path string, v int) error {

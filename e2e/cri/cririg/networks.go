@@ -1,13 +1,12 @@
 package cririg
 
 import (
-	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/rdma-netns/rdma-netns/e2e/internal/rig"
+	"github.com/rdma-netns/rdma-netns/pkg/handlernet"
 )
 
 // Network is the CNI network a runtime handler's pods get: the conflist
@@ -28,40 +27,16 @@ func NetworkOf(handler string) (Network, error) {
 	if handler != "" {
 		dir = "/etc/cni/" + handler + ".d"
 	}
-	files, err := filepath.Glob(filepath.Join(dir, "*.conflist"))
-	if err != nil || len(files) != 1 {
-		return Network{}, fmt.Errorf("want one conflist in %s, found %v (%v)", dir, files, err)
-	}
-	data, err := os.ReadFile(files[0])
+	conf, err := handlernet.Read(dir)
 	if err != nil {
 		return Network{}, err
 	}
-	var conf struct {
-		Name    string `json:"name"`
-		Plugins []struct {
-			Type   string `json:"type"`
-			Device string `json:"device"`
-			IPAM   struct {
-				Addresses []struct {
-					Address string `json:"address"`
-				} `json:"addresses"`
-			} `json:"ipam"`
-		} `json:"plugins"`
+	if conf.Device == "" {
+		return Network{}, fmt.Errorf("%s: no host-device with a device", conf.File)
 	}
-	if err := json.Unmarshal(data, &conf); err != nil {
-		return Network{}, fmt.Errorf("%s: %v", files[0], err)
-	}
-	n := Network{Handler: handler, Name: conf.Name}
-	for _, p := range conf.Plugins {
-		if p.Type == "host-device" {
-			n.Netdev = p.Device
-			if len(p.IPAM.Addresses) > 0 {
-				n.IP, _, _ = strings.Cut(p.IPAM.Addresses[0].Address, "/")
-			}
-		}
-	}
-	if n.Netdev == "" {
-		return Network{}, fmt.Errorf("%s: no host-device with a device", files[0])
+	n := Network{Handler: handler, Name: conf.Name, Netdev: conf.Device}
+	if len(conf.Addresses) > 0 {
+		n.IP, _, _ = strings.Cut(conf.Addresses[0], "/")
 	}
 	nics, err := rig.Layout()
 	if err != nil {
@@ -73,7 +48,7 @@ func NetworkOf(handler string) (Network, error) {
 		}
 	}
 	if n.RDMA == "" {
-		return Network{}, fmt.Errorf("%s: the VM has no RDMA device for %s", files[0], n.Netdev)
+		return Network{}, fmt.Errorf("%s: the VM has no RDMA device for %s", conf.File, n.Netdev)
 	}
 	return n, nil
 }

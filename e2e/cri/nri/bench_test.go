@@ -36,7 +36,7 @@ func TestBenchCreateContainer(t *testing.T) {
 	}
 	pod := runPod(t, cririg.PodSpec{Name: "nri-bench", Handler: "rdma-eth1"})
 	var with, without []time.Duration
-	logStart := nririg.LogLines()
+	logStart := nririg.PluginLog.Lines()
 	for b := 0; b < 2**benchBlocks; b++ {
 		on := b%2 == 0
 		if !on {
@@ -59,7 +59,7 @@ func TestBenchCreateContainer(t *testing.T) {
 			}
 		}
 	}
-	handler := handlerTimes(nririg.LogSince(logStart))
+	handler := handlerTimes(nririg.PluginLog.Since(logStart))
 	mw, mo := median(with), median(without)
 	var b strings.Builder
 	fmt.Fprintf(&b, "CreateContainer+StartContainer of an unprivileged container in a pod holding its RDMA device (containerd 2.2.1, qemu TCG)\n")

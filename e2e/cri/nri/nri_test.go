@@ -24,7 +24,9 @@ import (
 
 	"github.com/rdma-netns/rdma-netns/e2e/cri/cririg"
 	"github.com/rdma-netns/rdma-netns/e2e/cri/nririg"
+	"github.com/rdma-netns/rdma-netns/e2e/internal/doctorrun"
 	"github.com/rdma-netns/rdma-netns/e2e/internal/rig"
+	"github.com/rdma-netns/rdma-netns/pkg/doctor"
 	"github.com/rdma-netns/rdma-netns/pkg/rdmans"
 )
 
@@ -119,8 +121,7 @@ func run(m *testing.M) int {
 	}
 	if rc != 0 {
 		fmt.Println("=== rdma-netns-nri log ===")
-		data, _ := os.ReadFile(nririg.PluginLog)
-		fmt.Print(string(data))
+		fmt.Print(nririg.PluginLog.Since(0))
 	}
 	return rc
 }
@@ -243,7 +244,7 @@ func wantAdjusted(t *testing.T, c *cririg.Container, shmKiB int) what {
 	want := nodesOf(t, c.Pod)
 	if !slices.Equal(w.Nodes, want) || w.Memlock != "unlimited" || w.ShmKiB != shmKiB || w.CapEff != "0000000000000000" {
 		t.Fatalf("container of %s: /dev/infiniband %v, ulimit -l %s, /dev/shm %d KiB, CapEff %s; want %v, unlimited, %d KiB, no capability\nplugin log:\n%s",
-			c.Pod.Spec.Name, w.Nodes, w.Memlock, w.ShmKiB, w.CapEff, want, shmKiB, nririg.LogSince(0))
+			c.Pod.Spec.Name, w.Nodes, w.Memlock, w.ShmKiB, w.CapEff, want, shmKiB, nririg.PluginLog.Since(0))
 	}
 	return w
 }
@@ -273,22 +274,19 @@ func containerPid(t *testing.T, c *cririg.Container) int {
 	return info.Pid
 }
 
-// doctor runs `rdma-netns doctor --pid` for the container's process.
-func doctor(t *testing.T, c *cririg.Container) (findings []struct{ Severity, Check, Reason, Remedy string }, code int) {
+// runDoctor runs `rdma-netns doctor ARGS --json`.
+func runDoctor(t *testing.T, args ...string) ([]doctor.Finding, int) {
 	t.Helper()
-	out, err := exec.Command(doctorBin, "doctor", "--json", "--pid", strconv.Itoa(containerPid(t, c))).Output()
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	} else if err != nil {
+	r, code, err := doctorrun.JSON(doctorBin, args...)
+	if err != nil {
 		t.Fatal(err)
 	}
-	var r struct {
-		Findings []struct{ Severity, Check, Reason, Remedy string } `json:"findings"`
-	}
-	if err := json.Unmarshal(out, &r); err != nil {
-		t.Fatalf("doctor --json: %v\n%s", err, out)
-	}
 	return r.Findings, code
+}
+
+// pidArg is the doctor's --pid for the container's process.
+func pidArg(t *testing.T, c *cririg.Container) string {
+	return strconv.Itoa(containerPid(t, c))
 }
 
 // A pod holding its RDMA device whose containers ask for nothing: each
@@ -324,7 +322,7 @@ func TestUnprivilegedPods(t *testing.T) {
 	}
 	sh(t, aw, "rm /dev/shm/nccl-seg")
 
-	findings, code := doctor(t, aw)
+	findings, code := runDoctor(t, "--pid", pidArg(t, aw))
 	by := ""
 	for _, f := range findings {
 		if f.Check == "nri" || f.Severity != "ok" && f.Check != "shm" {
@@ -406,7 +404,7 @@ func TestPolicy(t *testing.T) {
 	}
 	wantUntouched(t, plain)
 	wantUntouched(t, skipped)
-	findings, code := doctor(t, skipped)
+	findings, code := runDoctor(t, "--pid", pidArg(t, skipped))
 	lacks := ""
 	for _, f := range findings {
 		if f.Check == "nri" {
@@ -465,24 +463,24 @@ func TestRestarts(t *testing.T) {
 		t.Fatalf("/dev/shm of the pod is %d KiB in a later container, want the pod's 1 GiB: it is the pod's", w.ShmKiB)
 	}
 
-	before := nririg.LogLines()
+	before := nririg.PluginLog.Lines()
 	var err error
 	if plugin, err = nririg.StartPlugin(); err != nil {
 		t.Fatal(err)
 	}
-	if l := nririg.LogSince(before); !strings.Contains(l, "nri-test/nri-restart/first") || !strings.Contains(l, "nri-test/nri-restart/while-down") {
+	if l := nririg.PluginLog.Since(before); !strings.Contains(l, "nri-test/nri-restart/first") || !strings.Contains(l, "nri-test/nri-restart/while-down") {
 		t.Fatalf("the restarted plugin did not report the running containers:\n%s", l)
 	}
 	wantAdjusted(t, runContainer(t, pod, unprivileged("after-plugin-restart")), 1<<20)
 
-	before = nririg.LogLines()
+	before = nririg.PluginLog.Lines()
 	if ctd, err = ctd.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	if err := nririg.WaitLog(before, "at connection", 30*time.Second); err != nil {
-		t.Fatalf("%v:\n%s", err, nririg.LogSince(before))
+	if err := nririg.PluginLog.Wait(before, "at connection", 30*time.Second); err != nil {
+		t.Fatalf("%v:\n%s", err, nririg.PluginLog.Since(before))
 	}
-	t.Logf("after containerd's restart the plugin reconnected:\n%s", nririg.LogSince(before))
+	t.Logf("after containerd's restart the plugin reconnected:\n%s", nririg.PluginLog.Since(before))
 	wantAdjusted(t, first, 1<<20)
 	wantAdjusted(t, runContainer(t, pod, unprivileged("after-runtime-restart")), 1<<20)
 }
@@ -510,10 +508,10 @@ func TestSharedModeNothingForAnyone(t *testing.T) {
 		t.Logf("%s: netns sees %v; container has /dev/infiniband %v, ulimit -l %s, /dev/shm %d KiB", c.Pod.Spec.Name, devs, w.Nodes, w.Memlock, w.ShmKiB)
 		if len(w.Nodes) != 0 || w.Memlock != memlock || w.ShmKiB != 64<<10 {
 			t.Errorf("container of %s: /dev/infiniband %v, ulimit -l %s, /dev/shm %d KiB; want none, containerd's %s, 64 MiB\nplugin log:\n%s",
-				c.Pod.Spec.Name, w.Nodes, w.Memlock, w.ShmKiB, memlock, nririg.LogSince(0))
+				c.Pod.Spec.Name, w.Nodes, w.Memlock, w.ShmKiB, memlock, nririg.PluginLog.Since(0))
 		}
 	}
-	l := nririg.LogSince(0)
+	l := nririg.PluginLog.Since(0)
 	if strings.Count(l, "ERROR the RDMA subsystem is in shared netns mode") != 1 || !strings.Contains(l, "netns_mode=0") {
 		t.Errorf("the plugin's log does not say shared mode and its fix once, at connection:\n%s", l)
 	}

@@ -4,10 +4,8 @@ package nri_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"syscall"
@@ -28,7 +26,7 @@ func wantBy(t *testing.T, c *cririg.Container, who string) {
 	}
 	if by != who {
 		t.Fatalf("container of %s adjusted by %q, want %q\nDaemonSet instance's log:\n%s\nlaunched copy's log:\n%s",
-			c.Pod.Spec.Name, by, who, nririg.LogSince(0), nririg.LaunchedLogSince(0))
+			c.Pod.Spec.Name, by, who, nririg.PluginLog.Since(0), nririg.LaunchedLog.Since(0))
 	}
 }
 
@@ -84,10 +82,10 @@ func TestPreinstalledInstallPath(t *testing.T) {
 	// containerd restarts: it launches the pre-installed copy before it
 	// serves; the DaemonSet's instance, reconnecting, finds the lock
 	// taken and stands by.
-	before := nririg.LogLines()
+	before := nririg.PluginLog.Lines()
 	restartContainerd(t, "restart with the plugin pre-installed")
-	if err := nririg.WaitLog(before, "standing by", 30*time.Second); err != nil {
-		t.Fatalf("%v:\n%s", err, nririg.LogSince(before))
+	if err := nririg.PluginLog.Wait(before, "standing by", 30*time.Second); err != nil {
+		t.Fatalf("%v:\n%s", err, nririg.PluginLog.Since(before))
 	}
 	pids := nririg.LaunchedPids()
 	if len(pids) != 1 {
@@ -99,21 +97,21 @@ func TestPreinstalledInstallPath(t *testing.T) {
 	for _, old := range []*cririg.Container{first} {
 		wantAdjusted(t, old, 1<<20)
 	}
-	if l := nririg.LaunchedLogSince(0); !strings.Contains(l, "nri-test/nri-install/before-install (") || !strings.Contains(l, "adjusted at its creation by 50-rdma-netns") {
+	if l := nririg.LaunchedLog.Since(0); !strings.Contains(l, "nri-test/nri-install/before-install (") || !strings.Contains(l, "adjusted at its creation by 50-rdma-netns") {
 		t.Fatalf("the launched copy did not report the running containers as adjusted:\n%s", l)
 	}
-	t.Logf("DaemonSet instance's log across the restart:\n%s", nririg.LogSince(before))
+	t.Logf("DaemonSet instance's log across the restart:\n%s", nririg.PluginLog.Since(before))
 
 	// The launched copy dies (containerd does not start it again until
 	// its own next start): the DaemonSet's instance takes the lock and
 	// serves.
-	before = nririg.LogLines()
+	before = nririg.PluginLog.Lines()
 	if err := syscall.Kill(pids[0], syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	if err := nririg.WaitLog(before, "at connection", 30*time.Second); err != nil {
-		t.Fatalf("%v:\n%s", err, nririg.LogSince(before))
+	if err := nririg.PluginLog.Wait(before, "at connection", 30*time.Second); err != nil {
+		t.Fatalf("%v:\n%s", err, nririg.PluginLog.Since(before))
 	}
 	t.Logf("the launched copy killed: the DaemonSet's instance served %s later", time.Since(start).Round(time.Millisecond))
 	c = runContainer(t, pod, unprivileged("after-launched-died"))
@@ -136,18 +134,18 @@ func TestPreinstalledInstallPath(t *testing.T) {
 	if plugin, err = nririg.StartPluginUntil("standing by"); err != nil {
 		t.Fatal(err)
 	}
-	before = nririg.LogLines()
+	before = nririg.PluginLog.Lines()
 	lock.Close()
-	if err := nririg.WaitLog(before, "at connection", 30*time.Second); err != nil {
+	if err := nririg.PluginLog.Wait(before, "at connection", 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	wantBy(t, runContainer(t, pod, unprivileged("lock-freed")), nririg.ByDaemonSet)
 
 	// Leave containerd without the launched copy for the next test.
-	before = nririg.LogLines()
+	before = nririg.PluginLog.Lines()
 	nririg.Uninstall()
 	restartContainerd(t, "restart without the plugin pre-installed")
-	if err := nririg.WaitLog(before, "at connection", 30*time.Second); err != nil {
+	if err := nririg.PluginLog.Wait(before, "at connection", 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -235,7 +233,7 @@ func TestPreinstalledAfterReboot(t *testing.T) {
 	if by, _ := nririg.AdjustedBy(bare); by != "" {
 		t.Fatalf("adjusted by %q while no instance could serve", by)
 	}
-	findings, code := doctorNode(t)
+	findings, code := runDoctor(t)
 	var missed []string
 	for _, f := range findings {
 		if f.Check == "nri-missed" {
@@ -249,12 +247,12 @@ func TestPreinstalledAfterReboot(t *testing.T) {
 	t.Logf("doctor: %v created without the plugin", missed)
 
 	// The lock freed, the DaemonSet's instance serves.
-	before := nririg.LogLines()
+	before := nririg.PluginLog.Lines()
 	lock.Close()
-	if err := nririg.WaitLog(before, "at connection", 30*time.Second); err != nil {
+	if err := nririg.PluginLog.Wait(before, "at connection", 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if l := nririg.LogSince(before); !strings.Contains(l, "while-none-serves") || !strings.Contains(l, "runs without /dev/infiniband/") {
+	if l := nririg.PluginLog.Since(before); !strings.Contains(l, "while-none-serves") || !strings.Contains(l, "runs without /dev/infiniband/") {
 		t.Fatalf("the DaemonSet's instance did not report the bare container at connection:\n%s", l)
 	}
 	wantBy(t, runContainer(t, ctrs[1].Pod, unprivileged("after")), nririg.ByDaemonSet)
@@ -277,31 +275,13 @@ func holdLock(t *testing.T) *os.File {
 	return lock
 }
 
-// doctorNode runs `rdma-netns doctor --json` for the node.
-func doctorNode(t *testing.T) (findings []struct{ Severity, Check, Subject, Reason string }, code int) {
-	t.Helper()
-	out, err := exec.Command(doctorBin, "doctor", "--json").Output()
-	if ee, ok := err.(interface{ ExitCode() int }); ok {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	var r struct {
-		Findings []struct{ Severity, Check, Subject, Reason string } `json:"findings"`
-	}
-	if err := json.Unmarshal(out, &r); err != nil {
-		t.Fatalf("doctor --json: %v\n%s", err, out)
-	}
-	return r.Findings, code
-}
-
 // In shared mode the plugin gives nothing to anyone (TestSharedMode-
 // NothingForAnyone), and the doctor fails the node that runs it.
 func TestSharedModeDoctorFailsThePlugin(t *testing.T) {
 	if cririg.NetnsMode() != "shared" {
 		t.Skip("the shared-mode VM's test")
 	}
-	findings, code := doctorNode(t)
+	findings, code := runDoctor(t)
 	for _, f := range findings {
 		if f.Check == "nri-plugin" && f.Severity == "fail" && strings.Contains(f.Reason, "shared mode") {
 			t.Logf("doctor: %s", f.Reason)
@@ -322,7 +302,7 @@ func TestBadShmSizeInDoctor(t *testing.T) {
 	pod := runPod(t, cririg.PodSpec{Name: "nri-bad-size", Handler: "rdma-eth2", Annotations: map[string]string{"rdma-netns.io/shm-size": "2 gigs"}})
 	c := runContainer(t, pod, unprivileged("worker"))
 	wantAdjusted(t, c, 1<<20)
-	findings, _ := doctor(t, c)
+	findings, _ := runDoctor(t, "--pid", pidArg(t, c))
 	for _, f := range findings {
 		if f.Check == "nri-warnings" && strings.Contains(f.Reason, "rdma-netns.io/shm-size") && strings.Contains(f.Reason, "2 gigs") {
 			t.Logf("doctor --pid: %s %s: %s", f.Severity, f.Check, f.Reason)

@@ -23,11 +23,40 @@ import (
 const (
 	// PluginBin is where build-payload.sh puts the plugin in the guest.
 	PluginBin = "/usr/local/bin/rdma-netns-nri"
-	// PluginLog collects the plugin's log across its restarts.
-	PluginLog = cririg.Dir + "/rdma-netns-nri.log"
 	// WorkloadUID is the uid the workloads run as: not root.
 	WorkloadUID = 1000
 )
+
+// A Log is a log file of the plugin's. A test notes its Lines before what
+// it does, then reads or waits for what the plugin logged Since.
+type Log string
+
+// PluginLog collects the log of the plugin StartPlugin runs, across its
+// restarts.
+const PluginLog Log = cririg.Dir + "/rdma-netns-nri.log"
+
+// Lines counts the log's lines so far.
+func (l Log) Lines() int {
+	data, _ := os.ReadFile(string(l))
+	return strings.Count(string(data), "\n")
+}
+
+// Since is the log after its first skip lines.
+func (l Log) Since(skip int) string {
+	data, _ := os.ReadFile(string(l))
+	lines := strings.SplitAfter(string(data), "\n")
+	if skip > len(lines) {
+		return ""
+	}
+	return strings.Join(lines[skip:], "")
+}
+
+// Wait waits for a line containing s after the first skip lines.
+func (l Log) Wait(skip int, s string, timeout time.Duration) error {
+	return cririg.Wait(timeout, string(l)+" has a line with "+strconv.Quote(s), func() (bool, error) {
+		return strings.Contains(l.Since(skip), s), nil
+	})
+}
 
 // Plugin is rdma-netns-nri running as the DaemonSet runs it.
 type Plugin struct {
@@ -44,8 +73,8 @@ func StartPlugin() (*Plugin, error) {
 // StartPluginUntil starts the plugin with the DaemonSet's flags and waits
 // until its log says s ("standing by" while a pre-installed copy serves).
 func StartPluginUntil(s string) (*Plugin, error) {
-	before := LogLines()
-	f, err := os.OpenFile(PluginLog, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	before := PluginLog.Lines()
+	f, err := os.OpenFile(string(PluginLog), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
 	}
@@ -58,7 +87,7 @@ func StartPluginUntil(s string) (*Plugin, error) {
 	}
 	p := &Plugin{cmd: cmd, done: make(chan struct{})}
 	go func() { cmd.Wait(); close(p.done) }()
-	if err := WaitLog(before, s, 30*time.Second); err != nil {
+	if err := PluginLog.Wait(before, s, 30*time.Second); err != nil {
 		p.Kill()
 		return nil, err
 	}
@@ -79,29 +108,6 @@ func (p *Plugin) Stop() {
 	case <-time.After(10 * time.Second):
 		p.Kill()
 	}
-}
-
-// LogLines counts the lines of the plugin's log so far.
-func LogLines() int {
-	data, _ := os.ReadFile(PluginLog)
-	return strings.Count(string(data), "\n")
-}
-
-// LogSince is the plugin's log after its first skip lines.
-func LogSince(skip int) string {
-	data, _ := os.ReadFile(PluginLog)
-	lines := strings.SplitAfter(string(data), "\n")
-	if skip > len(lines) {
-		return ""
-	}
-	return strings.Join(lines[skip:], "")
-}
-
-// WaitLog waits for a line containing s after the first skip lines.
-func WaitLog(skip int, s string, timeout time.Duration) error {
-	return cririg.Wait(timeout, "rdma-netns-nri logs "+strconv.Quote(s), func() (bool, error) {
-		return strings.Contains(LogSince(skip), s), nil
-	})
 }
 
 // Unprivileged is a container as a plain pod spec makes it: no device

@@ -22,7 +22,8 @@ const (
 	NRIConfDir   = "/etc/nri/conf.d"
 	// Preinstalled is the copy containerd launches when it starts.
 	Preinstalled = NRIPluginDir + "/10-rdma-netns-nri"
-	LaunchedLog  = cririg.Dir + "/rdma-netns-nri-launched.log"
+	// LaunchedLog is the log of the copy containerd launches.
+	LaunchedLog Log = cririg.Dir + "/rdma-netns-nri-launched.log"
 	// TaskDir holds the OCI bundles of the running containers.
 	TaskDir = "/run/containerd/io.containerd.runtime.v2.task/" + cririg.Namespace
 	// The adjusted-by annotations of the two instances.
@@ -42,7 +43,7 @@ func Install() (string, error) {
 	}
 	out, err := exec.Command(cririg.CNIBinDir+"/rdma-netns", "install", "--dest", dest,
 		"--nri", PluginBin, "--nri-plugin-dir", NRIPluginDir, "--nri-conf-dir", NRIConfDir,
-		"--", "--memlock", "unlimited", "--shm-size", "1Gi", "--log-level", "debug", "--log-file", LaunchedLog).CombinedOutput()
+		"--", "--memlock", "unlimited", "--shm-size", "1Gi", "--log-level", "debug", "--log-file", string(LaunchedLog)).CombinedOutput()
 	if err != nil {
 		return string(out), fmt.Errorf("rdma-netns install --nri: %v: %s", err, out)
 	}
@@ -54,22 +55,6 @@ func Install() (string, error) {
 func Uninstall() {
 	os.Remove(Preinstalled)
 	os.Remove(filepath.Join(NRIConfDir, "10-rdma-netns-nri.conf"))
-}
-
-// LaunchedLogLines counts the lines of the launched copy's log.
-func LaunchedLogLines() int {
-	data, _ := os.ReadFile(LaunchedLog)
-	return strings.Count(string(data), "\n")
-}
-
-// LaunchedLogSince is the launched copy's log after its first skip lines.
-func LaunchedLogSince(skip int) string {
-	data, _ := os.ReadFile(LaunchedLog)
-	lines := strings.SplitAfter(string(data), "\n")
-	if skip > len(lines) {
-		return ""
-	}
-	return strings.Join(lines[skip:], "")
 }
 
 // LaunchedPids are the pids of the copies the runtime launched (argv[0]

@@ -1,7 +1,8 @@
-// Package rig holds what the in-VM benchmark (e2e/bench) and stress test
-// (e2e/stress) share: the test VM's NIC layout, pod network namespaces,
-// running the rdma-netns binary or a libcni chain, and checks of where the
-// devices are. It only works inside the test VM (see scripts/README.md).
+// Package rig holds what the in-VM suites share (e2e's own tests,
+// e2e/bench, e2e/stress, e2e/cri and e2e/k8s): the test VM's NIC layout,
+// pod network namespaces, running the rdma-netns binary or a libcni chain,
+// and checks of where the devices are. It only works inside the test VM
+// (see scripts/README.md).
 package rig
 
 import (
