@@ -424,7 +424,7 @@ func TestPolicy(t *testing.T) {
 // puts in the pod's events, and the plugin's log names the container.
 func TestShmAboveTheCap(t *testing.T) {
 	exclusiveOnly(t)
-	before := nririg.LogLines()
+	before := nririg.PluginLog.Lines()
 	pod := runPod(t, cririg.PodSpec{Name: "nri-greedy", Handler: "rdma-eth1", Annotations: map[string]string{"rdma-netns.io/shm-size": "32Gi"}})
 	c, err := ctd.RunContainer(ctx(t), pod, unprivileged("worker"))
 	if err == nil {
@@ -436,7 +436,7 @@ func TestShmAboveTheCap(t *testing.T) {
 			t.Errorf("containerd's error does not say %q", want)
 		}
 	}
-	if l := nririg.LogSince(before); !strings.Contains(l, "nri-test/nri-greedy/worker: refused") {
+	if l := nririg.PluginLog.Since(before); !strings.Contains(l, "nri-test/nri-greedy/worker: refused") {
 		t.Errorf("the plugin's log does not name the refused container:\n%s", l)
 	}
 }
