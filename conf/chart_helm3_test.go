@@ -3,9 +3,16 @@ package conf
 import (
 	"errors"
 	"fmt"
+	"io"
+	"strings"
+	"testing"
 
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/chartutil"
+	kubefake "helm.sh/helm/v3/pkg/kube/fake"
+	"helm.sh/helm/v3/pkg/storage"
+	"helm.sh/helm/v3/pkg/storage/driver"
 
 	"github.com/rdma-netns/rdma-netns/conf/helmchart"
 )
@@ -40,4 +47,31 @@ func lintHelm3(dir string, vals map[string]any) error {
 		return fmt.Errorf("helm lint %s: linted %d charts", dir, res.TotalChartsLinted)
 	}
 	return errors.Join(res.Errors...)
+}
+
+// An install with nri.maxShmSize null (an image older than the flag, as
+// e2e-k8s's upgrade test installs) upgrades with helm 3's --reuse-values,
+// which hands the null to the schema again, and the new image then runs
+// with the plugin's own cap.
+func TestChartUpgradeReusesNullShmCap(t *testing.T) {
+	ch, err := loader.Load(helmchart.ChartDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := &action.Configuration{Releases: storage.Init(driver.NewMemory()), KubeClient: &kubefake.PrintingKubeClient{Out: io.Discard},
+		Capabilities: chartutil.DefaultCapabilities, Log: func(string, ...any) {}}
+	install := action.NewInstall(cfg)
+	install.ReleaseName, install.Namespace = helmchart.ReleaseName, helmchart.Namespace
+	if _, err := install.Run(ch, values("image.tag", "old", "nri.maxShmSize", nil)); err != nil {
+		t.Fatalf("install: %v", err)
+	}
+	upgrade := action.NewUpgrade(cfg)
+	upgrade.Namespace, upgrade.ReuseValues = helmchart.Namespace, true
+	rel, err := upgrade.Run(helmchart.ReleaseName, ch, values("image.tag", "new"))
+	if err != nil {
+		t.Fatalf("upgrade --reuse-values: %v", err)
+	}
+	if !strings.Contains(rel.Manifest, "rdma-netns:new") || strings.Contains(rel.Manifest, "- --max-shm-size\n") {
+		t.Errorf("upgraded manifest: want image tag new and no --max-shm-size:\n%s", rel.Manifest)
+	}
 }
