@@ -111,13 +111,14 @@ func TestRenameInPod(t *testing.T) {
 	wantNoRecords(t)
 }
 
-// The pod chooses the name through CNI_ARGS; its netns dies before DEL and
-// the kernel returns the device under the pod's name: DEL restores it.
+// The pod chooses the name through CNI_ARGS, within the prefix its network
+// allows; its netns dies before DEL and the kernel returns the device under
+// the pod's name: DEL restores it.
 func TestRenameRestoredAfterNetnsDeletion(t *testing.T) {
 	requireMode(t, "exclusive")
 	n := nicBy(t, "pf")
 	c := cni(t)
-	l := chain(t, "rdma-name2", n.Netdev, 74, nil)
+	l := chain(t, "rdma-name2", n.Netdev, 74, map[string]any{"podRdmaDevNamePrefix": "nccl_"})
 	p := newPod(t, "name2")
 	rt := p.rt("net1")
 	rt.Args = [][2]string{{"IgnoreUnknown", "1"}, {"rdmaDevName", "nccl_hca0"}}

@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 
+	"github.com/rdma-netns/rdma-netns/pkg/config"
 	"github.com/rdma-netns/rdma-netns/pkg/deviceinfo"
 	"github.com/rdma-netns/rdma-netns/pkg/inventory"
 	"github.com/rdma-netns/rdma-netns/pkg/rdmans"
@@ -46,9 +48,16 @@ func (c *call) add() error {
 	if err := c.key().Validate(); err != nil {
 		return types.NewError(types.ErrInvalidEnvironmentVariables, err.Error(), "")
 	}
+	req, err := c.conf.PodRequest()
+	if err != nil {
+		return types.NewError(types.ErrInvalidNetworkConfig, err.Error(), "")
+	}
+	podName, err := c.podDevName(req.DevName)
+	if err != nil {
+		return types.NewError(types.ErrInvalidNetworkConfig, err.Error(), "")
+	}
 	// The netns' identity goes into the record: a path such as
 	// /proc/PID/ns/net can later open another netns.
-	var err error
 	if c.netnsID, err = inventory.Identify(c.args.Netns); err != nil {
 		return types.NewError(types.ErrInvalidNetNS, fmt.Sprintf("cannot use pod netns %q: %v", c.args.Netns, err), "")
 	}
@@ -66,13 +75,6 @@ func (c *call) add() error {
 		}
 		return err
 	}
-	podName := c.conf.PodDevName()
-	if podName.Value != "" {
-		if err := state.ValidateDeviceName(podName.Value); err != nil {
-			return types.NewError(types.ErrInvalidNetworkConfig, err.Error(), "")
-		}
-	}
-
 	if err := c.openStore(); err != nil {
 		return err
 	}
@@ -81,7 +83,7 @@ func (c *call) add() error {
 		return err
 	}
 	defer unlock()
-	rec, unlockDev, err := c.decide(podName.Value)
+	rec, unlockDev, err := c.decide(req, podName)
 	if err != nil || rec == nil {
 		return err
 	}
@@ -98,7 +100,7 @@ const busyRetries = 3
 // lock: no other ADD can choose the device until its record is written,
 // while ADDs of other devices decide, and then move, in the meantime. A
 // nil record means the ADD is complete (a repeated ADD, an adopted device).
-func (c *call) decide(podName string) (*state.Record, func(), error) {
+func (c *call) decide(req config.PodRequest, podName string) (*state.Record, func(), error) {
 	unlockNode, err := c.lockNode()
 	if err != nil {
 		return nil, nil, err
@@ -116,9 +118,13 @@ func (c *call) decide(podName string) (*state.Record, func(), error) {
 		if recs, err = c.reconcile(recs); err != nil {
 			return nil, nil, err
 		}
-		dev, err := c.resolve(recs)
+		dev, err := c.resolve(recs, req)
 		if err != nil {
-			if adopted, aerr := c.adopt(recs); aerr != nil || adopted {
+			var refused *refusal
+			if errors.As(err, &refused) {
+				return nil, nil, err
+			}
+			if adopted, aerr := c.adopt(recs, podName); aerr != nil || adopted {
 				return nil, nil, aerr
 			}
 			return nil, nil, err
@@ -344,7 +350,7 @@ func (c *call) resume(recs []*state.Record) (bool, error) {
 // Nothing needs to move; the record is written again so DEL can undo the
 // attachment. A device renamed in the pod keeps its name: its host name is
 // known to no one any more.
-func (c *call) adopt(recs []*state.Record) (bool, error) {
+func (c *call) adopt(recs []*state.Record, podName string) (bool, error) {
 	ifName, err := podNetdev(c.conf.Result, c.args.IfName)
 	if err != nil {
 		return false, nil
@@ -367,7 +373,7 @@ func (c *call) adopt(recs []*state.Record) (bool, error) {
 	if err := c.store.Put(rec); err != nil {
 		return true, fmt.Errorf("cannot record the attachment of RDMA device %s: %v", dev, err)
 	}
-	if dev == c.conf.PodDevName().Value {
+	if dev == podName {
 		c.log.Warnf("RDMA device %s is already in this pod but its attachment record was lost: DEL returns it under this name, its host name being unknown", dev)
 	} else {
 		c.log.Infof("RDMA device %s is already in this pod (bound to %s) but its attachment record was lost; recorded it again", dev, ifName)
@@ -378,6 +384,32 @@ func (c *call) adopt(recs []*state.Record) (bool, error) {
 		}
 	}
 	return true, c.printResult()
+}
+
+// podDevName is the name the device takes inside the pod: the network's
+// rdmaDevName, or the pod's own where the network lets pods name their
+// device (podRdmaDevNamePrefix) and the name starts with that prefix.
+// Device names are node-wide: a pod naming its device freely could take
+// the name another tenant's network gives its devices.
+func (c *call) podDevName(s config.Source) (string, error) {
+	nad := c.conf.RdmaDevName
+	if s.Value == "" || s.Value == nad {
+		if nad == "" {
+			return "", nil
+		}
+		return nad, state.ValidateDeviceName(nad)
+	}
+	prefix := c.conf.PodRdmaDevNamePrefix
+	if prefix == "" {
+		return "", refuse(s, "this network does not let a pod name its RDMA device (its configuration sets no podRdmaDevNamePrefix)")
+	}
+	if !strings.HasPrefix(s.Value, prefix) || s.Value == prefix {
+		return "", refuse(s, fmt.Sprintf("a name a pod gives its RDMA device on this network must start with %q and go on after it (podRdmaDevNamePrefix)", prefix))
+	}
+	if err := state.ValidateDeviceName(s.Value); err != nil {
+		return "", refuse(s, err.Error())
+	}
+	return s.Value, nil
 }
 
 // nameFree refuses a pod-side name that another device already has: RDMA
@@ -392,7 +424,7 @@ func (c *call) nameFree(recs []*state.Record, name string) error {
 		return fmt.Errorf("cannot name the RDMA device %s inside the pod: the host already has a device of that name; choose another rdmaDevName", name)
 	}
 	if owner := liveClaim(recs, c.key(), name); owner != nil {
-		return fmt.Errorf("cannot name the RDMA device %s inside the pod: %s already uses that name; choose another rdmaDevName", name, owner.Key)
+		return fmt.Errorf("cannot name the RDMA device %s inside the pod: %s already uses that name; choose another rdmaDevName", name, c.who(owner))
 	}
 	return nil
 }

@@ -104,7 +104,7 @@ func (c *call) releaseUnrecorded() error {
 	if err := c.p.Kernel.MoveToHost(dev, c.args.Netns); err != nil {
 		return fmt.Errorf("no attachment record; RDMA device %s serves %s in the pod but cannot be returned: %v; retry DEL", dev, c.args.IfName, err)
 	}
-	if podName := c.conf.PodDevName().Value; podName != "" && podName == dev {
+	if podName := c.podNameForNote(); podName != "" && podName == dev {
 		msg := fmt.Sprintf("returned RDMA device %s (the port of %s in netns %s, attachment %s) to the host without an attachment record: it was renamed in the pod and its host name is unknown, so it keeps the name %s; rename it with `rdma dev set %s name <host name>`", dev, c.args.IfName, c.args.Netns, c.key(), dev, dev)
 		c.log.Warnf("%s", msg)
 		if err := c.store.NoteLostName(dev, msg); err != nil {
@@ -114,6 +114,22 @@ func (c *call) releaseUnrecorded() error {
 	}
 	c.log.Infof("returned RDMA device %s (the port of %s) to the host; there was no usable attachment record", dev, c.args.IfName)
 	return nil
+}
+
+// podNameForNote is the name an unrecorded device may carry in the pod,
+// for the note DEL leaves when it cannot restore the host name: the
+// network's, or the pod's where the network allowed it. DEL never fails on
+// a per-pod value, so a refused or malformed one counts as none.
+func (c *call) podNameForNote() string {
+	req, err := c.conf.PodRequest()
+	if err != nil {
+		return c.conf.RdmaDevName
+	}
+	name, err := c.podDevName(req.DevName)
+	if err != nil {
+		return c.conf.RdmaDevName
+	}
+	return name
 }
 
 // release brings a recorded device back to the host under its host name,

@@ -276,10 +276,12 @@ func TestResolutionOrder(t *testing.T) {
 		rule    string
 	}{
 		{"rdmaDevice", map[string]any{"rdmaDevice": "mlx5_0"}, "", "mlx5_0", "by rdmaDevice"},
-		{"CNI_ARGS wins over rdmaDevice", map[string]any{"rdmaDevice": "mlx5_0"}, "IgnoreUnknown=1;K8S_POD_NAME=x;rdmaDevice=rxe2", "rxe2", "by CNI_ARGS rdmaDevice"},
-		{"args.cni", map[string]any{"args": map[string]any{"cni": map[string]any{"rdmaDevice": "mlx5_2"}}}, "", "mlx5_2", "by args.cni.rdmaDevice"},
 		{"rdmaDevice wins over deviceID", map[string]any{"rdmaDevice": "rxe2", "deviceID": "0000:3b:00.0"}, "", "rxe2", "by rdmaDevice"},
-		{"runtimeConfig.deviceID", map[string]any{"runtimeConfig": map[string]any{"deviceID": "0000:3b:00.0"}, "deviceID": "0000:47:00.0"}, "", "mlx5_0", "runtimeConfig.deviceID 0000:3b:00.0"},
+		// A device plugin's allocation, as Multus hands it to every plugin
+		// of the chain: in deviceID, pciBusID and runtimeConfig.deviceID.
+		{"device plugin's deviceID", map[string]any{"runtimeConfig": map[string]any{"deviceID": "0000:3b:00.0"}, "deviceID": "0000:3b:00.0", "pciBusID": "0000:3b:00.0"}, "", "mlx5_0", "runtimeConfig.deviceID 0000:3b:00.0"},
+		// A pod's own choice that names the device the network gives it.
+		{"CNI_ARGS naming the network's device", map[string]any{"rdmaDevice": "mlx5_0"}, "IgnoreUnknown=1;K8S_POD_NAME=x;rdmaDevice=mlx5_0", "mlx5_0", "by rdmaDevice"},
 		{"top-level deviceID", map[string]any{"deviceID": "47:00.0"}, "", "rocep71s0f0", "deviceID 47:00.0"},
 		{"pciBusID", map[string]any{"pciBusID": "0000:00:05.0"}, "", "rxe2", "pciBusID 0000:00:05.0"},
 		{"auxiliary device ID", map[string]any{"deviceID": "mlx5_core.sf.2"}, "", "mlx5_2", "deviceID mlx5_core.sf.2"},
@@ -321,12 +323,12 @@ func TestAddRefusals(t *testing.T) {
 		{name: "netdev without RDMA device", setup: func(e *env, _ pod) {
 			e.tree.PCI("pci0000:00/0000:00:06.0")
 			e.tree.Device("virtio", "pci0000:00/0000:00:06.0/virtio3")
-		}, extra: map[string]any{"deviceID": "0000:00:06.0"}, want: []string{"no RDMA device found", "0000:00:06.0", "rxe1", "mlx5_0"}},
+		}, extra: map[string]any{"deviceID": "0000:00:06.0"}, want: []string{"no RDMA device found", "0000:00:06.0", "node's log"}},
 		{name: "ambiguous", setup: func(e *env, _ pod) {
 			e.tree.RDMA(vFn1, "rxe9")
 			e.kernel.where["rxe9"] = ""
 		}, want: []string{"equally close", "rxe1", "rxe9", "rdmaDevice"}},
-		{name: "unknown rdmaDevice", extra: map[string]any{"rdmaDevice": "mlx5_9"}, want: []string{"mlx5_9", "not in the host network namespace", "rxe1"}},
+		{name: "unknown rdmaDevice", extra: map[string]any{"rdmaDevice": "mlx5_9"}, want: []string{"mlx5_9", "not in the host network namespace", "node's log"}},
 		{name: "bad rdmaDevice", extra: map[string]any{"rdmaDevice": "../etc"}, want: []string{"rdmaDevice", "not a valid RDMA device name"}},
 		{name: "bad deviceID", extra: map[string]any{"deviceID": "0000:99:00.0"}, want: []string{"deviceID", "0000:99:00.0"}},
 		{name: "traversal in deviceID", extra: map[string]any{"deviceID": "../../etc"}, want: []string{"deviceID", "not a PCI address"}},
@@ -445,9 +447,10 @@ func TestDeviceOwnedByAnotherPod(t *testing.T) {
 		args  string
 	}{{nil, ""}, {map[string]any{"rdmaDevice": "rxe1"}, ""}, {nil, "rdmaDevice=rxe1"}, {map[string]any{"deviceID": "0000:00:04.0"}, ""}} {
 		before := e.kernel.snapshot()
-		_, err := e.add(b, e.netconf(b, "1.1.0", tc.extra), tc.args)
-		// The operator knows the holder by its pod's namespace/name.
-		wantErr(t, err, "rxe1", "held by pod ml/trainer-0", "rdma-net/pod-a/net1", "nothing was changed", "Delete the pod that holds it")
+		_, err := e.add(b, e.netconf(b, "1.1.0", tc.extra), "K8S_POD_NAMESPACE=ml;K8S_POD_NAME=trainer-1;"+tc.args)
+		// Within its namespace the holder is named by its pod's
+		// namespace/name, sandbox and netns.
+		wantErr(t, err, "rxe1", "held by pod ml/trainer-0", "rdma-net/pod-a/net1", a.path(), "nothing was changed", "Delete the pod that holds it")
 		if e.kernel.snapshot() != before {
 			t.Fatal("devices changed")
 		}
@@ -455,6 +458,39 @@ func TestDeviceOwnedByAnotherPod(t *testing.T) {
 	if recs := e.records(); len(recs) != 1 || recs[0].ContainerID != "pod-a" {
 		t.Fatalf("records = %+v", recs)
 	}
+}
+
+// A pod of another namespace learns that the device is held, and nothing
+// about the pod that holds it; the node's log says who.
+func TestDeviceOwnedByAnotherTenant(t *testing.T) {
+	e := newEnv(t)
+	a := e.newPod("pod-a", "net1", "virtio", "virtio1")
+	if _, err := e.add(a, e.netconf(a, "1.1.0", nil), "K8S_POD_NAMESPACE=team-a;K8S_POD_NAME=trainer-0"); err != nil {
+		t.Fatal(err)
+	}
+	b := e.newPod("pod-b", "net1", "virtio", "virtio1")
+	for _, tc := range []struct {
+		extra map[string]any
+		args  string
+	}{{nil, ""}, {map[string]any{"rdmaDevice": "rxe1"}, ""}, {map[string]any{"deviceID": "0000:00:04.0"}, ""}, {map[string]any{"rdmaDevName": "rxe1"}, ""}} {
+		e.log.Reset()
+		_, err := e.add(b, e.netconf(b, "1.1.0", tc.extra), "K8S_POD_NAMESPACE=team-b;K8S_POD_NAME=job-0")
+		if err == nil {
+			t.Fatalf("ADD %v succeeded", tc.extra)
+		}
+		for _, secret := range []string{"team-a", "trainer-0", "pod-a", a.path()} {
+			if strings.Contains(err.Error(), secret) {
+				t.Errorf("error names %q of the other tenant's pod: %v", secret, err)
+			}
+		}
+		if !strings.Contains(err.Error(), "a pod in another namespace") {
+			t.Errorf("error does not say another namespace's pod holds it: %v", err)
+		}
+		if !strings.Contains(e.log.String(), "pod team-a/trainer-0") {
+			t.Errorf("the node's log does not name the holder:\n%s", e.log)
+		}
+	}
+	e.wantWhere("rxe1", a.path())
 }
 
 // Two pods racing for one device: exactly one wins.

@@ -131,6 +131,27 @@ func (c *call) hostDevices() ([]rdmadev.Device, error) {
 	return c.hostDevs, nil
 }
 
+// who names the attachment of rec for an error that reaches the caller's
+// pod events. Another tenant's pod is none of the caller's business: its
+// name, sandbox and netns are named only to a pod of the same Kubernetes
+// namespace (or to a caller outside Kubernetes, such as cnitool, when the
+// holder is outside it too); the node's log has them.
+func (c *call) who(rec *state.Record) string {
+	if rec.K8sNamespace != c.conf.Pod.Namespace {
+		c.log.Infof("RDMA device %s is held by %s", rec.Device, holder(rec))
+		return "a pod in another namespace"
+	}
+	return holder(rec)
+}
+
+// heldBy says who holds rec's device and what the caller can do.
+func (c *call) heldBy(rec *state.Record) string {
+	if rec.K8sNamespace != c.conf.Pod.Namespace {
+		return "held by " + c.who(rec) + "; nothing was changed. Give this pod another NIC or RDMA device, or ask the cluster's operator which network to use"
+	}
+	return "held by " + c.who(rec) + "; nothing was changed. Delete the pod that holds it, or give this pod another NIC or RDMA device"
+}
+
 // holder names the attachment of rec as the operator knows it: the pod's
 // namespace/name when the runtime passed them (kubelet does, through
 // K8S_POD_*), then the runtime's own key and the netns, which say which
@@ -142,9 +163,6 @@ func holder(rec *state.Record) string {
 	}
 	return fmt.Sprintf("pod %s/%s (%s)", rec.K8sNamespace, rec.K8sPod, key)
 }
-
-// freeIt is what the operator can do about a device another pod holds.
-const freeIt = "Delete the pod that holds it, or give this pod another NIC or RDMA device"
 
 // liveClaim finds the record of another attachment that still holds the
 // device named name: its netns is the recorded one. Devices in the host

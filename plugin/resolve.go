@@ -3,11 +3,13 @@ package plugin
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
 	current "github.com/containernetworking/cni/pkg/types/100"
 
+	"github.com/rdma-netns/rdma-netns/pkg/config"
 	"github.com/rdma-netns/rdma-netns/pkg/rdmadev"
 	"github.com/rdma-netns/rdma-netns/pkg/state"
 )
@@ -18,19 +20,53 @@ type target struct {
 	Rule string
 }
 
-// resolve picks the RDMA device to move. First match wins: a device the
-// operator named, a device ID from Multus or a device plugin, then the
-// device tree around the pod's netdev.
-func (c *call) resolve(recs []*state.Record) (target, error) {
-	if src := c.conf.ExplicitDevice(); src.Value != "" {
+// refusal is an ADD refused for what the pod asked for itself. It is the
+// pod's own doing, so ADD reports it as it is instead of looking for a
+// device already in the pod to adopt.
+type refusal struct{ msg string }
+
+func (r *refusal) Error() string { return r.msg }
+
+// refuse says which per-pod input was refused, its value and the rule.
+func refuse(s config.Source, why string) error {
+	return &refusal{fmt.Sprintf("%s %q refused: %s; a pod may narrow what its network allows, never widen it; nothing was changed", s.From, s.Value, why)}
+}
+
+// resolve picks the RDMA device to move: the one the network gives this
+// attachment, which what the pod asked for may narrow, never widen. Only a
+// network that lists allowedPodDevices lets the pod pick among them.
+func (c *call) resolve(recs []*state.Record, req config.PodRequest) (target, error) {
+	if len(c.conf.AllowedPodDevices) > 0 && len(req.Devices)+len(req.DeviceIDs) > 0 {
+		return c.podChoice(recs, req)
+	}
+	t, err := c.granted(recs)
+	if err != nil {
+		return target{}, err
+	}
+	why := fmt.Sprintf("this network gives the attachment RDMA device %s (%s) and lists no allowedPodDevices", t.Name, t.Rule)
+	for _, s := range req.Devices {
+		if s.Value != t.Name {
+			return target{}, refuse(s, why)
+		}
+	}
+	for _, s := range req.DeviceIDs {
+		if !c.idNames(s.Value, t) {
+			return target{}, refuse(s, why)
+		}
+	}
+	return t, nil
+}
+
+// granted is the device the network gives the attachment: the one its
+// configuration names, then the one of a device ID it holds (the
+// operator's, or a device plugin's allocation), then the one in the device
+// tree around the pod's netdev.
+func (c *call) granted(recs []*state.Record) (target, error) {
+	if src := c.conf.NetworkDevice(); src.Value != "" {
 		return c.byName(recs, src.Value, src.From)
 	}
-	if src := c.conf.DeviceIDSource(); src.Value != "" {
-		path, err := c.p.Sysfs.PathForDeviceID(src.Value)
-		if err != nil {
-			return target{}, fmt.Errorf("%s %q: %v", src.From, src.Value, err)
-		}
-		return c.nearest(recs, fmt.Sprintf("%s %s", src.From, src.Value), path)
+	if src := c.conf.NetworkDeviceID(); src.Value != "" {
+		return c.byDeviceID(recs, src)
 	}
 	ifName, err := podNetdev(c.conf.Result, c.args.IfName)
 	if err != nil {
@@ -50,6 +86,73 @@ func (c *call) resolve(recs []*state.Record) (target, error) {
 	return c.nearest(recs, fmt.Sprintf("netdev %s (parent %s/%s)", ifName, bus, parent), path)
 }
 
+func (c *call) byDeviceID(recs []*state.Record, src config.Source) (target, error) {
+	path, err := c.p.Sysfs.PathForDeviceID(src.Value)
+	if err != nil {
+		return target{}, fmt.Errorf("%s %q: %v", src.From, src.Value, err)
+	}
+	return c.nearest(recs, fmt.Sprintf("%s %s", src.From, src.Value), path)
+}
+
+// podChoice is the device the pod picked from the network's
+// allowedPodDevices. Several per-pod inputs must agree on one device.
+func (c *call) podChoice(recs []*state.Record, req config.PodRequest) (target, error) {
+	allowed := fmt.Sprintf("this network's allowedPodDevices are %s", strings.Join(c.conf.AllowedPodDevices, ", "))
+	var chosen *target
+	pick := func(s config.Source, t target) error {
+		if !slices.Contains(c.conf.AllowedPodDevices, t.Name) {
+			return refuse(s, fmt.Sprintf("it names RDMA device %s and %s", t.Name, allowed))
+		}
+		if chosen != nil && chosen.Name != t.Name {
+			return refuse(s, fmt.Sprintf("another setting of the pod names RDMA device %s", chosen.Name))
+		}
+		chosen = &t
+		return nil
+	}
+	for _, s := range req.Devices {
+		// Checked before the look-up: what a pod may not pick, it learns
+		// nothing about.
+		if !slices.Contains(c.conf.AllowedPodDevices, s.Value) {
+			return target{}, refuse(s, allowed)
+		}
+		t, err := c.byName(recs, s.Value, s.From)
+		if err != nil {
+			return target{}, err
+		}
+		if err := pick(s, t); err != nil {
+			return target{}, err
+		}
+	}
+	for _, s := range req.DeviceIDs {
+		t, err := c.byDeviceID(recs, s)
+		if err != nil {
+			return target{}, err
+		}
+		if err := pick(s, t); err != nil {
+			return target{}, err
+		}
+	}
+	return *chosen, nil
+}
+
+// idNames reports whether the device ID id leads to the device t, the way
+// resolution by device ID would have found it.
+func (c *call) idNames(id string, t target) bool {
+	path, err := c.p.Sysfs.PathForDeviceID(id)
+	if err != nil {
+		return false
+	}
+	if m, ok := c.p.Sysfs.Direct(path); ok {
+		return m.Device.Name == t.Name
+	}
+	devs, err := c.hostDevices()
+	if err != nil {
+		return false
+	}
+	matches := rdmadev.Closest(path, c.p.Sysfs.FallbackFunction(path), devs)
+	return len(matches) == 1 && matches[0].Device.Name == t.Name
+}
+
 func (c *call) byName(recs []*state.Record, name, from string) (target, error) {
 	devs, err := c.hostDevices()
 	if err != nil {
@@ -62,7 +165,7 @@ func (c *call) byName(recs []*state.Record, name, from string) (target, error) {
 	}
 	// Not visible in the host: say who has it when we know.
 	if owner := liveClaim(recs, c.key(), name); owner != nil {
-		return target{}, fmt.Errorf("RDMA device %s (from %s) is held by %s; nothing was changed. %s", name, from, holder(owner), freeIt)
+		return target{}, fmt.Errorf("RDMA device %s (from %s) is %s", name, from, c.heldBy(owner))
 	}
 	in, err := c.p.Kernel.InHost(name)
 	if err != nil {
@@ -73,10 +176,15 @@ func (c *call) byName(recs []*state.Record, name, from string) (target, error) {
 		// without a PCI address for the device-info file.
 		return c.found(target{rdmadev.Device{Name: name}, from}), nil
 	}
-	return target{}, fmt.Errorf("RDMA device %s (from %s) is not in the host network namespace: it does not exist or another netns holds it; the host has %s", name, from, names(devs))
+	// The node's devices go to the node's log, not to the pod's events.
+	c.log.Infof("RDMA device %s (from %s) is not in the host; the host has %s", name, from, names(devs))
+	return target{}, fmt.Errorf("RDMA device %s (from %s) is not in the host network namespace: it does not exist or another netns holds it; the node's log of rdma-netns lists the devices the host has", name, from)
 }
 
-// nearest picks the host RDMA device closest to the device at path.
+// nearest picks the host RDMA device closest to the device at path. The
+// devices other attachments hold compete where sysfs last showed them: a
+// device another pod holds is reported as held, never replaced by a
+// farther one (a sub-function's under a PF whose own device is taken).
 func (c *call) nearest(recs []*state.Record, what, path string) (target, error) {
 	// The usual case, one device right under the parent, is answered by
 	// one directory read instead of a look at every RDMA device on the node.
@@ -84,10 +192,12 @@ func (c *call) nearest(recs []*state.Record, what, path string) (target, error) 
 		return c.found(target{m.Device, fmt.Sprintf("%s: %s", what, m.Relation)}), nil
 	}
 	fallback := c.p.Sysfs.FallbackFunction(path)
+	held := heldRecords(recs, c.key())
+	heldDevs := devicesOf(held)
 	// Next, the parents' paths alone decide, with the one device chosen
 	// checked; anything less clear-cut takes the full look below.
 	if cands, exact, err := c.p.Sysfs.Candidates(); err == nil && exact {
-		if matches := rdmadev.Closest(path, fallback, cands); len(matches) == 1 {
+		if matches := rdmadev.Closest(path, fallback, slices.Concat(cands, heldDevs)); len(matches) == 1 && heldMatch(held, matches) == nil {
 			if d, ok := c.p.Sysfs.Complete(matches[0].Device); ok {
 				return c.found(target{d, fmt.Sprintf("%s: %s", what, matches[0].Relation)}), nil
 			}
@@ -97,16 +207,21 @@ func (c *call) nearest(recs []*state.Record, what, path string) (target, error) 
 	if err != nil {
 		return target{}, err
 	}
-	matches := rdmadev.Closest(path, fallback, devs)
+	matches := rdmadev.Closest(path, fallback, slices.Concat(devs, heldDevs))
+	if owner := heldMatch(held, matches); owner != nil {
+		return target{}, fmt.Errorf("the RDMA device of %s (%s) is %s", what, owner.Device, c.heldBy(owner))
+	}
 	switch len(matches) {
 	case 1:
 		m := matches[0]
 		return c.found(target{m.Device, fmt.Sprintf("%s: %s", what, m.Relation)}), nil
 	case 0:
 		if owner := ownerOf(recs, c.key(), path, c.p.Sysfs.PCIAddressOf(path)); owner != nil {
-			return target{}, fmt.Errorf("the RDMA device of %s (%s) is held by %s; nothing was changed. %s", what, owner.Device, holder(owner), freeIt)
+			return target{}, fmt.Errorf("the RDMA device of %s (%s) is %s", what, owner.Device, c.heldBy(owner))
 		}
-		return target{}, rdmadev.NoMatch(what, path, devs)
+		err := rdmadev.NoMatch(what, path, devs)
+		c.log.Infof("%v; RDMA devices in the host: %s", err, rdmadev.Describe(devs))
+		return target{}, err
 	default:
 		return target{}, rdmadev.Ambiguous(what, matches)
 	}
@@ -115,6 +230,39 @@ func (c *call) nearest(recs []*state.Record, what, path string) (target, error) 
 func (c *call) found(t target) target {
 	c.log.Infof("resolved RDMA device %s by %s", t.Name, t.Rule)
 	return t
+}
+
+// heldRecords are the records of other attachments whose devices are in
+// their pods, at the place in the device tree the records keep: the
+// devices left the host's sysfs with the move.
+func heldRecords(recs []*state.Record, self state.Key) []*state.Record {
+	var held []*state.Record
+	for _, r := range recs {
+		if r.Key != self && r.DevPath != "" && sameNetns(r) {
+			held = append(held, r)
+		}
+	}
+	return held
+}
+
+func devicesOf(recs []*state.Record) []rdmadev.Device {
+	devs := make([]rdmadev.Device, 0, len(recs))
+	for _, r := range recs {
+		devs = append(devs, rdmadev.Device{Name: r.Device, DevPath: r.DevPath, PCIAddress: r.PCIAddress})
+	}
+	return devs
+}
+
+// heldMatch is the record of the held device among matches, if any.
+func heldMatch(held []*state.Record, matches []rdmadev.Match) *state.Record {
+	for _, m := range matches {
+		for _, r := range held {
+			if r.Device == m.Device.Name && r.DevPath == m.Device.DevPath {
+				return r
+			}
+		}
+	}
+	return nil
 }
 
 // ownerOf finds the live record of another attachment whose device sat

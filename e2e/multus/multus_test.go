@@ -114,7 +114,9 @@ func TestMultusPlainAnnotation(t *testing.T) {
 // TestMultusSelectionDeviceID: the pod's network-selection element names
 // the NIC by PCI address. Multus hands it to every plugin that declares the
 // deviceID capability and passes a CNIDeviceInfoFile, which rdma-netns
-// writes and Multus copies into network-status.
+// writes and Multus copies into network-status. The deviceID is the pod's
+// own, so rdma-netns moves the device of the netdev host-device gave the
+// pod and only checks that the deviceID names that same device.
 func TestMultusSelectionDeviceID(t *testing.T) {
 	n := nics[2]
 	hd := hostDevice(map[string]any{"capabilities": map[string]any{"deviceID": true}}, 12)
@@ -124,7 +126,7 @@ func TestMultusSelectionDeviceID(t *testing.T) {
 
 	status := p.add(t)
 	p.assertAttached(t, n)
-	p.assertResolvedBy(t, "by runtimeConfig.deviceID "+n.PCI)
+	p.assertResolvedBy(t, "by netdev net1")
 	st := status.find(t, namespace+"/rdma-net-pci")
 	want := nadv1.PciDevice{PciAddress: n.PCI, RdmaDevice: n.RDMA}
 	assertDeviceInfo(t, st, want)

@@ -62,6 +62,14 @@ type NetConf struct {
 	// RdmaDevName renames the device inside the pod.
 	RdmaDevName string `json:"rdmaDevName,omitempty"`
 	RdmaQoS     *QoS   `json:"rdmaQoS,omitempty"`
+	// AllowedPodDevices are the RDMA devices a pod may pick for itself
+	// (rdmaDevice per pod, or a deviceID in its network-selection
+	// element). Without the list a pod's pick must name the device the
+	// network gives it anyway: the pod author is not the network's.
+	AllowedPodDevices []string `json:"allowedPodDevices,omitempty"`
+	// PodRdmaDevNamePrefix lets a pod name its device inside the pod
+	// (rdmaDevName per pod), with a name that starts with this prefix.
+	PodRdmaDevNamePrefix string `json:"podRdmaDevNamePrefix,omitempty"`
 
 	StateDir string `json:"stateDir,omitempty"`
 	LogFile  string `json:"logFile,omitempty"`
@@ -72,9 +80,10 @@ type NetConf struct {
 		CNIDeviceInfoFile string `json:"CNIDeviceInfoFile,omitempty"`
 	} `json:"runtimeConfig,omitempty"`
 
-	Args *struct {
-		CNI *PerPodArgs `json:"cni,omitempty"`
-	} `json:"args,omitempty"`
+	// ArgsJSON is args as the runtime sent it. Multus copies a pod's
+	// cni-args into args.cni as they are, of any JSON type: only ADD reads
+	// them (PodRequest), so that DEL never fails on what a pod wrote.
+	ArgsJSON json.RawMessage `json:"args,omitempty"`
 
 	// PrevResultJSON is prevResult as the runtime sent it: types.PluginConf
 	// holds it as a generic map, which costs a decode into interfaces and
@@ -88,6 +97,8 @@ type NetConf struct {
 	CNIArgs PerPodArgs `json:"-"`
 	// Pod is the Kubernetes pod the runtime named in CNI_ARGS, if any.
 	Pod PodRef `json:"-"`
+	// cniArgsErr says why CNI_ARGS could not be read; only ADD fails on it.
+	cniArgsErr error
 
 	// prevVersion is the cniVersion prevResult carried.
 	prevVersion string
@@ -101,6 +112,7 @@ type PodRef struct {
 }
 
 // PerPodArgs are the settings a pod may pass through CNI_ARGS or args.cni.
+// They are untrusted: see PodRequest.
 type PerPodArgs struct {
 	RdmaDevice  string `json:"rdmaDevice,omitempty"`
 	RdmaDevName string `json:"rdmaDevName,omitempty"`
@@ -216,12 +228,9 @@ func ParseSettings(stdin []byte, cniArgs string) (*NetConf, error) {
 	if conf.StateDir == "" {
 		conf.StateDir = DefaultStateDir
 	}
-	args, pod, err := parseCNIArgs(cniArgs)
-	if err != nil {
-		return nil, err
-	}
-	conf.CNIArgs = args
-	conf.Pod = pod
+	// CNI_ARGS carries what the pod asked for: a malformed entry fails
+	// ADD (PodRequest) and nothing else.
+	conf.CNIArgs, conf.Pod, conf.cniArgsErr = parseCNIArgs(cniArgs)
 	if err := conf.validate(); err != nil {
 		return nil, err
 	}
@@ -233,25 +242,27 @@ func (c *NetConf) validate() error {
 		return fmt.Errorf("cniVersion %q is not supported: use one of %s (versions before 0.3.0 carry no prevResult)", c.CNIVersion, strings.Join(SupportedVersions, ", "))
 	}
 	var errs []error
-	for _, f := range []struct{ field, val string }{
+	names := []struct{ field, val string }{
 		{"rdmaDevice", c.RdmaDevice},
-		{"args.cni.rdmaDevice", c.argsCNI().RdmaDevice},
-		{"CNI_ARGS rdmaDevice", c.CNIArgs.RdmaDevice},
 		{"rdmaDevName", c.RdmaDevName},
-		{"args.cni.rdmaDevName", c.argsCNI().RdmaDevName},
-		{"CNI_ARGS rdmaDevName", c.CNIArgs.RdmaDevName},
-	} {
+	}
+	for i, d := range c.AllowedPodDevices {
+		names = append(names, struct{ field, val string }{fmt.Sprintf("allowedPodDevices[%d]", i), d})
+	}
+	for _, f := range names {
 		if f.val != "" && !validRDMAName(f.val) {
-			errs = append(errs, fmt.Errorf("%s %q is not a valid RDMA device name (letters, digits, '_', '.', ':', '-', at most 63 characters)", f.field, f.val))
+			errs = append(errs, errBadName(f.field, f.val))
 		}
+	}
+	if p := c.PodRdmaDevNamePrefix; p != "" && !validRDMAName(p) {
+		errs = append(errs, errBadName("podRdmaDevNamePrefix", p))
 	}
 	for _, f := range []struct{ field, val string }{
 		{"deviceID", c.DeviceID},
 		{"pciBusID", c.PCIBusID},
-		{"runtimeConfig.deviceID", c.RuntimeConfig.DeviceID},
 	} {
 		if f.val != "" && !validDeviceID(f.val) {
-			errs = append(errs, fmt.Errorf("%s %q is not a PCI address or auxiliary device name", f.field, f.val))
+			errs = append(errs, errBadDeviceID(f.field, f.val))
 		}
 	}
 	for _, f := range []struct{ field, val string }{
@@ -283,46 +294,140 @@ func (c *NetConf) validate() error {
 	return nil
 }
 
-func (c *NetConf) argsCNI() PerPodArgs {
-	if c.Args == nil || c.Args.CNI == nil {
-		return PerPodArgs{}
-	}
-	return *c.Args.CNI
+func errBadName(field, val string) error {
+	return fmt.Errorf("%s %q is not a valid RDMA device name (letters, digits, '_', '.', ':', '-', at most 63 characters)", field, val)
 }
 
-// Source says where a setting came from, for the log.
+func errBadDeviceID(field, val string) error {
+	return fmt.Errorf("%s %q is not a PCI address or auxiliary device name", field, val)
+}
+
+// Source says where a setting came from, for the log and for errors.
 type Source struct {
 	Value string
 	From  string
 }
 
-// ExplicitDevice is the RDMA device the operator or the pod named, if any.
-// CNI_ARGS and args.cni are per pod and so win over the network's setting.
-func (c *NetConf) ExplicitDevice() Source {
-	return first(
-		Source{c.CNIArgs.RdmaDevice, "CNI_ARGS rdmaDevice"},
-		Source{c.argsCNI().RdmaDevice, "args.cni.rdmaDevice"},
-		Source{c.RdmaDevice, "rdmaDevice"},
-	)
+// NetworkDevice is the RDMA device the network's configuration names, if
+// any.
+func (c *NetConf) NetworkDevice() Source {
+	return first(Source{c.RdmaDevice, "rdmaDevice"})
 }
 
-// DeviceIDSource is the device ID a device plugin handed over, if any. The
-// runtime's value is specific to this pod, so it wins over the static ones.
-func (c *NetConf) DeviceIDSource() Source {
+// NetworkDeviceID is the device ID the network's configuration holds: the
+// operator's, or a device plugin's allocation, which Multus writes into
+// every plugin's deviceID and pciBusID (and into runtimeConfig.deviceID
+// too, where it then names the source in the log).
+func (c *NetConf) NetworkDeviceID() Source {
+	rc := c.RuntimeConfig.DeviceID
+	if rc != "" && (rc == c.DeviceID || rc == c.PCIBusID) {
+		return Source{rc, "runtimeConfig.deviceID"}
+	}
 	return first(
-		Source{c.RuntimeConfig.DeviceID, "runtimeConfig.deviceID"},
 		Source{c.DeviceID, "deviceID"},
 		Source{c.PCIBusID, "pciBusID"},
 	)
 }
 
-// PodDevName is the name the device should carry inside the pod, if any.
-func (c *NetConf) PodDevName() Source {
-	return first(
-		Source{c.CNIArgs.RdmaDevName, "CNI_ARGS rdmaDevName"},
-		Source{c.argsCNI().RdmaDevName, "args.cni.rdmaDevName"},
-		Source{c.RdmaDevName, "rdmaDevName"},
-	)
+// PodRequest is what the pod asked for itself: an RDMA device by name
+// (rdmaDevice in CNI_ARGS or args.cni), by device ID (a runtimeConfig.deviceID
+// that the network's configuration does not hold: Multus passes a pod's
+// network-selection deviceID there when no device plugin allocated one),
+// and a name for it inside the pod (rdmaDevName). None of it is trusted:
+// the plugin honours it only where the network allows.
+type PodRequest struct {
+	Devices   []Source
+	DeviceIDs []Source
+	DevName   Source
+}
+
+// Empty reports whether the pod asked for nothing.
+func (r PodRequest) Empty() bool {
+	return len(r.Devices) == 0 && len(r.DeviceIDs) == 0 && r.DevName.Value == ""
+}
+
+// PodRequest reads and checks the per-pod settings. Only ADD calls it: the
+// other verbs act on what the records say was done, and never fail on what
+// a pod wrote.
+func (c *NetConf) PodRequest() (PodRequest, error) {
+	var req PodRequest
+	var errs []error
+	if c.cniArgsErr != nil {
+		errs = append(errs, c.cniArgsErr)
+	}
+	argsCNI, err := c.argsCNI()
+	if err != nil {
+		errs = append(errs, err)
+	}
+	req.Devices = validNames(&errs, Source{c.CNIArgs.RdmaDevice, "CNI_ARGS rdmaDevice"}, Source{argsCNI.RdmaDevice, "args.cni.rdmaDevice"})
+	if rc := c.RuntimeConfig.DeviceID; rc != "" && rc != c.DeviceID && rc != c.PCIBusID {
+		if validDeviceID(rc) {
+			req.DeviceIDs = append(req.DeviceIDs, Source{rc, "runtimeConfig.deviceID"})
+		} else {
+			errs = append(errs, errBadDeviceID("runtimeConfig.deviceID", rc))
+		}
+	}
+	for _, s := range validNames(&errs, Source{c.CNIArgs.RdmaDevName, "CNI_ARGS rdmaDevName"}, Source{argsCNI.RdmaDevName, "args.cni.rdmaDevName"}) {
+		switch {
+		case req.DevName.Value == "":
+			req.DevName = s
+		case req.DevName.Value != s.Value:
+			errs = append(errs, fmt.Errorf("%s %q and %s %q ask for different names", req.DevName.From, req.DevName.Value, s.From, s.Value))
+		}
+	}
+	if len(errs) > 0 {
+		return PodRequest{}, fmt.Errorf("the pod's own settings were refused: %w; nothing was changed", errors.Join(errs...))
+	}
+	return req, nil
+}
+
+// validNames are the sources that are set and valid RDMA device names; an
+// invalid one adds its error to errs.
+func validNames(errs *[]error, srcs ...Source) []Source {
+	var ok []Source
+	for _, s := range srcs {
+		switch {
+		case s.Value == "":
+		case !validRDMAName(s.Value):
+			*errs = append(*errs, errBadName(s.From, s.Value))
+		default:
+			ok = append(ok, s)
+		}
+	}
+	return ok
+}
+
+// argsCNI decodes the rdma-netns keys of args.cni. Other keys belong to
+// other plugins of the chain and are ignored; ours must be strings.
+func (c *NetConf) argsCNI() (PerPodArgs, error) {
+	var a PerPodArgs
+	if len(c.ArgsJSON) == 0 || string(c.ArgsJSON) == "null" {
+		return a, nil
+	}
+	var args struct {
+		CNI map[string]json.RawMessage `json:"cni"`
+	}
+	if err := json.Unmarshal(c.ArgsJSON, &args); err != nil {
+		return a, fmt.Errorf("args is not an object with an object args.cni: %v", err)
+	}
+	for key, dst := range map[string]*string{"rdmaDevice": &a.RdmaDevice, "rdmaDevName": &a.RdmaDevName} {
+		raw, ok := args.CNI[key]
+		if !ok || string(raw) == "null" {
+			continue
+		}
+		if err := json.Unmarshal(raw, dst); err != nil {
+			return PerPodArgs{}, fmt.Errorf("args.cni.%s %s is not a string", key, truncate(string(raw), 70))
+		}
+	}
+	return a, nil
+}
+
+// truncate keeps an error readable when the input is not.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
 }
 
 func first(srcs ...Source) Source {

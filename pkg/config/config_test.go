@@ -56,7 +56,6 @@ func TestParseAllFields(t *testing.T) {
 		{"logLevel", c.LogLevel, "debug"},
 		{"runtimeConfig.deviceID", c.RuntimeConfig.DeviceID, "mlx5_core.sf.4"},
 		{"runtimeConfig.CNIDeviceInfoFile", c.RuntimeConfig.CNIDeviceInfoFile, "/var/run/k8s.cni.cncf.io/devinfo/cni/x.json"},
-		{"args.cni", c.argsCNI(), PerPodArgs{RdmaDevice: "mlx5_1", RdmaDevName: "rdma1"}},
 		{"CNI_ARGS", c.CNIArgs, PerPodArgs{RdmaDevice: "mlx5_2", RdmaDevName: "rdma2"}},
 		{"Result", c.Result, (*current.Result)(nil)},
 	}
@@ -81,15 +80,23 @@ func TestParseDefaults(t *testing.T) {
 	if c.RdmaQoS != nil || c.AllowSharedMode || c.LogFile != "" {
 		t.Errorf("unexpected non-zero defaults: %+v", c)
 	}
-	if s := c.ExplicitDevice(); s != (Source{}) {
-		t.Errorf("ExplicitDevice = %+v, want none", s)
+	if s := c.NetworkDevice(); s != (Source{}) {
+		t.Errorf("NetworkDevice = %+v, want none", s)
 	}
-	if s := c.DeviceIDSource(); s != (Source{}) {
-		t.Errorf("DeviceIDSource = %+v, want none", s)
+	if s := c.NetworkDeviceID(); s != (Source{}) {
+		t.Errorf("NetworkDeviceID = %+v, want none", s)
 	}
-	if s := c.PodDevName(); s != (Source{}) {
-		t.Errorf("PodDevName = %+v, want none", s)
+	if req, err := c.PodRequest(); err != nil || !req.Empty() {
+		t.Errorf("PodRequest = %+v, %v; want none", req, err)
 	}
+}
+
+// withFields is a valid minimal configuration with the JSON members fields.
+func withFields(fields string) string {
+	if fields == "" {
+		return `{"cniVersion":"1.0.0","name":"n","type":"rdma-netns"}`
+	}
+	return `{"cniVersion":"1.0.0","name":"n","type":"rdma-netns",` + fields + `}`
 }
 
 func TestParseValidationErrors(t *testing.T) {
@@ -107,20 +114,17 @@ func TestParseValidationErrors(t *testing.T) {
 		{"rdmaDevice NUL", `"rdmaDevice":"mlx5\u00000"`, "", []string{`rdmaDevice "mlx5\x000" is not a valid RDMA device name`}},
 		{"rdmaDevice too long", `"rdmaDevice":"` + long64 + `"`, "", []string{`rdmaDevice "` + long64 + `" is not a valid RDMA device name`, "at most 63 characters"}},
 		{"rdmaDevice space", `"rdmaDevice":"mlx5 0"`, "", []string{`rdmaDevice "mlx5 0"`}},
-		{"args.cni.rdmaDevice slash", `"args":{"cni":{"rdmaDevice":"a/b"}}`, "", []string{`args.cni.rdmaDevice "a/b" is not a valid RDMA device name`}},
-		{"CNI_ARGS rdmaDevice dotdot", "", "rdmaDevice=..", []string{`CNI_ARGS rdmaDevice ".." is not a valid RDMA device name`}},
 		{"rdmaDevName slash", `"rdmaDevName":"x/y"`, "", []string{`rdmaDevName "x/y" is not a valid RDMA device name`}},
-		{"args.cni.rdmaDevName too long", `"args":{"cni":{"rdmaDevName":"` + long64 + `"}}`, "", []string{`args.cni.rdmaDevName "` + long64 + `" is not a valid RDMA device name`}},
-		{"CNI_ARGS rdmaDevName slash", "", "rdmaDevName=/x", []string{`CNI_ARGS rdmaDevName "/x" is not a valid RDMA device name`}},
 		{"deviceID slash", `"deviceID":"0000:3b:00.2/../x"`, "", []string{`deviceID "0000:3b:00.2/../x" is not a PCI address or auxiliary device name`}},
 		{"deviceID dotdot", `"deviceID":".."`, "", []string{`deviceID ".." is not a PCI address or auxiliary device name`}},
 		{"deviceID too long", `"deviceID":"` + long129 + `"`, "", []string{`deviceID "` + long129 + `" is not a PCI address`}},
 		{"pciBusID NUL", `"pciBusID":"0000:3b\u0000:00.2"`, "", []string{`pciBusID "0000:3b\x00:00.2" is not a PCI address or auxiliary device name`}},
-		{"runtimeConfig.deviceID slash", `"runtimeConfig":{"deviceID":"/sys/bus/pci"}`, "", []string{`runtimeConfig.deviceID "/sys/bus/pci" is not a PCI address or auxiliary device name`}},
 		{"stateDir relative", `"stateDir":"var/lib/x"`, "", []string{`stateDir "var/lib/x" must be an absolute path`}},
 		{"stateDir NUL", `"stateDir":"/var/lib\u0000/x"`, "", []string{`stateDir "/var/lib\x00/x" must be an absolute path`}},
 		{"logFile relative", `"logFile":"rdma.log"`, "", []string{`logFile "rdma.log" must be an absolute path`}},
 		{"CNIDeviceInfoFile relative", `"runtimeConfig":{"CNIDeviceInfoFile":"./x.json"}`, "", []string{`runtimeConfig.CNIDeviceInfoFile "./x.json" must be an absolute path`}},
+		{"allowedPodDevices entry", `"allowedPodDevices":["rxe1","../x"]`, "", []string{`allowedPodDevices[1] "../x" is not a valid RDMA device name`}},
+		{"podRdmaDevNamePrefix slash", `"podRdmaDevNamePrefix":"a/"`, "", []string{`podRdmaDevNamePrefix "a/" is not a valid RDMA device name`}},
 		{"logLevel unknown", `"logLevel":"verbose"`, "", []string{`logLevel "verbose" is not one of error, warn, info, debug`}},
 		{"logLevel trace", `"logLevel":"trace"`, "", []string{`logLevel "trace"`}},
 		{"rdmaQoS empty", `"rdmaQoS":{}`, "", []string{"rdmaQoS is set but names neither tos nor tc"}},
@@ -133,11 +137,7 @@ func TestParseValidationErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			stdin := `{"cniVersion":"1.0.0","name":"n","type":"rdma-netns"`
-			if tt.fields != "" {
-				stdin += "," + tt.fields
-			}
-			stdin += "}"
+			stdin := withFields(tt.fields)
 			c, err := Parse([]byte(stdin), tt.cniArgs)
 			if err == nil {
 				t.Fatalf("Parse accepted %s (CNI_ARGS %q): %+v", stdin, tt.cniArgs, c)
@@ -324,14 +324,18 @@ func TestParseCNIArgs(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
+			// A malformed CNI_ARGS fails ADD (PodRequest), never the
+			// parse that DEL shares.
 			c, err := Parse([]byte(`{"cniVersion":"1.0.0","name":"n","type":"rdma-netns"}`), tt.in)
-			if tt.wantErr != "" {
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.PodRequest(); tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("err = %v, want %q", err, tt.wantErr)
+					t.Fatalf("PodRequest err = %v, want %q", err, tt.wantErr)
 				}
 				return
-			}
-			if err != nil {
+			} else if err != nil {
 				t.Fatal(err)
 			}
 			if c.CNIArgs != tt.want {
@@ -341,81 +345,89 @@ func TestParseCNIArgs(t *testing.T) {
 	}
 }
 
-func TestPrecedence(t *testing.T) {
-	type cfg struct {
-		conf, argsCNI, cniArgs string // rdmaDevice / rdmaDevName value at each level
-	}
-	levels := []struct {
-		name string
-		c    cfg
-		want Source
-	}{
-		{"all three", cfg{"c0", "a0", "e0"}, Source{"e0", "CNI_ARGS %s"}},
-		{"args.cni over config", cfg{"c0", "a0", ""}, Source{"a0", "args.cni.%s"}},
-		{"config only", cfg{"c0", "", ""}, Source{"c0", "%s"}},
-		{"CNI_ARGS over config", cfg{"c0", "", "e0"}, Source{"e0", "CNI_ARGS %s"}},
-		{"args.cni only", cfg{"", "a0", ""}, Source{"a0", "args.cni.%s"}},
-		{"none", cfg{"", "", ""}, Source{}},
-	}
-	for _, key := range []string{"rdmaDevice", "rdmaDevName"} {
-		get := (*NetConf).ExplicitDevice
-		if key == "rdmaDevName" {
-			get = (*NetConf).PodDevName
-		}
-		for _, l := range levels {
-			t.Run(key+"/"+l.name, func(t *testing.T) {
-				stdin := `{"cniVersion":"1.0.0","name":"n","type":"rdma-netns"`
-				if l.c.conf != "" {
-					stdin += `,"` + key + `":"` + l.c.conf + `"`
-				}
-				if l.c.argsCNI != "" {
-					stdin += `,"args":{"cni":{"` + key + `":"` + l.c.argsCNI + `"}}`
-				}
-				stdin += "}"
-				cniArgs := "K8S_POD_NAME=p"
-				if l.c.cniArgs != "" {
-					cniArgs += ";" + key + "=" + l.c.cniArgs
-				}
-				c, err := Parse([]byte(stdin), cniArgs)
-				if err != nil {
-					t.Fatal(err)
-				}
-				want := l.want
-				if want.From != "" {
-					want.From = fmt.Sprintf(want.From, key)
-				}
-				if got := get(c); got != want {
-					t.Errorf("got %+v, want %+v", got, want)
-				}
-			})
-		}
-	}
-
-	// rdmaDevice and rdmaDevName are independent: naming one does not
-	// select the other.
-	c, err := Parse([]byte(`{"cniVersion":"1.0.0","name":"n","type":"t","rdmaDevName":"r0"}`), "rdmaDevice=mlx5_9")
+// What the pod asked for, from every per-pod source, none of it mixed with
+// the network's own settings.
+func TestPodRequest(t *testing.T) {
+	c, err := Parse([]byte(`{"cniVersion":"1.0.0","name":"n","type":"rdma-netns","rdmaDevice":"c0","rdmaDevName":"n0",
+		"deviceID":"0000:01:00.2","runtimeConfig":{"deviceID":"0000:01:00.1"},
+		"args":{"cni":{"rdmaDevice":"a0","rdmaDevName":"an","other-plugin":{"x":[1]}}}}`), "K8S_POD_NAME=p;rdmaDevice=e0;rdmaDevName=an")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := c.ExplicitDevice(); got != (Source{"mlx5_9", "CNI_ARGS rdmaDevice"}) {
-		t.Errorf("ExplicitDevice = %+v", got)
+	req, err := c.PodRequest()
+	if err != nil {
+		t.Fatal(err)
 	}
-	if got := c.PodDevName(); got != (Source{"r0", "rdmaDevName"}) {
-		t.Errorf("PodDevName = %+v", got)
+	want := PodRequest{
+		Devices:   []Source{{"e0", "CNI_ARGS rdmaDevice"}, {"a0", "args.cni.rdmaDevice"}},
+		DeviceIDs: []Source{{"0000:01:00.1", "runtimeConfig.deviceID"}},
+		DevName:   Source{"an", "CNI_ARGS rdmaDevName"},
+	}
+	if !reflect.DeepEqual(req, want) {
+		t.Errorf("PodRequest = %+v, want %+v", req, want)
+	}
+	if got := c.NetworkDevice(); got != (Source{"c0", "rdmaDevice"}) {
+		t.Errorf("NetworkDevice = %+v", got)
+	}
+	if got := c.NetworkDeviceID(); got != (Source{"0000:01:00.2", "deviceID"}) {
+		t.Errorf("NetworkDeviceID = %+v", got)
 	}
 }
 
-func TestDeviceIDPrecedence(t *testing.T) {
+// Per-pod values ADD refuses; the parse DEL shares accepts them all.
+func TestPodRequestErrors(t *testing.T) {
+	long64 := strings.Repeat("a", 64)
 	tests := []struct {
-		fields string
-		want   Source
+		name, fields, cniArgs string
+		want                  []string
 	}{
-		{`"runtimeConfig":{"deviceID":"0000:01:00.1"},"deviceID":"0000:01:00.2","pciBusID":"0000:01:00.3"`, Source{"0000:01:00.1", "runtimeConfig.deviceID"}},
-		{`"deviceID":"0000:01:00.2","pciBusID":"0000:01:00.3"`, Source{"0000:01:00.2", "deviceID"}},
-		{`"pciBusID":"0000:01:00.3"`, Source{"0000:01:00.3", "pciBusID"}},
-		{`"runtimeConfig":{"deviceID":"mlx5_core.sf.2"},"pciBusID":"0000:01:00.3"`, Source{"mlx5_core.sf.2", "runtimeConfig.deviceID"}},
-		{`"runtimeConfig":{"deviceID":""},"deviceID":"0000:01:00.2"`, Source{"0000:01:00.2", "deviceID"}},
-		{`"runtimeConfig":{}`, Source{}},
+		{"args.cni.rdmaDevice slash", `"args":{"cni":{"rdmaDevice":"a/b"}}`, "", []string{`args.cni.rdmaDevice "a/b" is not a valid RDMA device name`}},
+		{"CNI_ARGS rdmaDevice dotdot", "", "rdmaDevice=..", []string{`CNI_ARGS rdmaDevice ".." is not a valid RDMA device name`}},
+		{"args.cni.rdmaDevName too long", `"args":{"cni":{"rdmaDevName":"` + long64 + `"}}`, "", []string{`args.cni.rdmaDevName "` + long64 + `" is not a valid RDMA device name`}},
+		{"args.cni.rdmaDevName number", `"args":{"cni":{"rdmaDevName":5}}`, "", []string{`args.cni.rdmaDevName 5 is not a string`}},
+		{"args.cni.rdmaDevice object", `"args":{"cni":{"rdmaDevice":{"a":1}}}`, "", []string{`args.cni.rdmaDevice {"a":1} is not a string`}},
+		{"args.cni a string", `"args":{"cni":"x"}`, "", []string{"args.cni"}},
+		{"CNI_ARGS rdmaDevName slash", "", "rdmaDevName=/x", []string{`CNI_ARGS rdmaDevName "/x" is not a valid RDMA device name`}},
+		{"two names", `"args":{"cni":{"rdmaDevName":"b"}}`, "rdmaDevName=a", []string{`CNI_ARGS rdmaDevName "a" and args.cni.rdmaDevName "b" ask for different names`}},
+		{"runtimeConfig.deviceID slash", `"runtimeConfig":{"deviceID":"/sys/bus/pci"}`, "", []string{`runtimeConfig.deviceID "/sys/bus/pci" is not a PCI address or auxiliary device name`}},
+		{"K8S_POD_NAME", "", "K8S_POD_NAME=Upper", []string{`CNI_ARGS K8S_POD_NAME "Upper" is not a Kubernetes name`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			stdin := withFields(tt.fields)
+			c, err := ParseSettings([]byte(stdin), tt.cniArgs)
+			if err != nil {
+				t.Fatalf("ParseSettings (DEL's parse) refused it: %v", err)
+			}
+			_, err = c.PodRequest()
+			if err == nil {
+				t.Fatalf("PodRequest accepted %s (CNI_ARGS %q)", stdin, tt.cniArgs)
+			}
+			for _, w := range append(tt.want, "nothing was changed") {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not contain %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+// A device plugin's allocation reaches the plugin in deviceID, pciBusID and
+// runtimeConfig.deviceID alike (Multus); a runtimeConfig.deviceID the
+// configuration does not hold is the pod's own.
+func TestNetworkDeviceID(t *testing.T) {
+	tests := []struct {
+		fields  string
+		want    Source
+		podAsks bool
+	}{
+		{`"runtimeConfig":{"deviceID":"0000:01:00.1"},"deviceID":"0000:01:00.1","pciBusID":"0000:01:00.1"`, Source{"0000:01:00.1", "runtimeConfig.deviceID"}, false},
+		{`"runtimeConfig":{"deviceID":"0000:01:00.1"},"deviceID":"0000:01:00.2","pciBusID":"0000:01:00.3"`, Source{"0000:01:00.2", "deviceID"}, true},
+		{`"deviceID":"0000:01:00.2","pciBusID":"0000:01:00.3"`, Source{"0000:01:00.2", "deviceID"}, false},
+		{`"pciBusID":"0000:01:00.3"`, Source{"0000:01:00.3", "pciBusID"}, false},
+		{`"runtimeConfig":{"deviceID":"mlx5_core.sf.2"}`, Source{}, true},
+		{`"runtimeConfig":{"deviceID":""},"deviceID":"0000:01:00.2"`, Source{"0000:01:00.2", "deviceID"}, false},
+		{`"runtimeConfig":{}`, Source{}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.fields, func(t *testing.T) {
@@ -423,8 +435,15 @@ func TestDeviceIDPrecedence(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := c.DeviceIDSource(); got != tt.want {
-				t.Errorf("DeviceIDSource = %+v, want %+v", got, tt.want)
+			if got := c.NetworkDeviceID(); got != tt.want {
+				t.Errorf("NetworkDeviceID = %+v, want %+v", got, tt.want)
+			}
+			req, err := c.PodRequest()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := len(req.DeviceIDs) > 0; got != tt.podAsks {
+				t.Errorf("pod's deviceID = %+v, want one: %v", req.DeviceIDs, tt.podAsks)
 			}
 		})
 	}

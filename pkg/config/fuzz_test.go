@@ -83,11 +83,20 @@ func FuzzParse(f *testing.F) {
 				t.Fatalf("accepted path %q is not absolute", p)
 			}
 		}
-		for _, n := range []string{
-			c.RdmaDevice, c.RdmaDevName, c.argsCNI().RdmaDevice, c.argsCNI().RdmaDevName,
-			c.CNIArgs.RdmaDevice, c.CNIArgs.RdmaDevName,
-			c.ExplicitDevice().Value, c.PodDevName().Value,
-		} {
+		names := append([]string{c.RdmaDevice, c.RdmaDevName, c.PodRdmaDevNamePrefix}, c.AllowedPodDevices...)
+		ids := []string{c.DeviceID, c.PCIBusID, c.NetworkDeviceID().Value}
+		// What ADD takes from the pod passed the same checks, or ADD
+		// refuses it; either way the parse DEL shares succeeded.
+		if req, err := c.PodRequest(); err == nil {
+			for _, s := range req.Devices {
+				names = append(names, s.Value)
+			}
+			for _, s := range req.DeviceIDs {
+				ids = append(ids, s.Value)
+			}
+			names = append(names, req.DevName.Value)
+		}
+		for _, n := range names {
 			if n != "" && !rdmaNameRe.MatchString(n) {
 				t.Fatalf("accepted RDMA device name %q does not match the documented pattern", n)
 			}
@@ -95,7 +104,7 @@ func FuzzParse(f *testing.F) {
 				t.Fatalf("accepted RDMA device name %q could escape a directory", n)
 			}
 		}
-		for _, id := range []string{c.DeviceID, c.PCIBusID, c.RuntimeConfig.DeviceID, c.DeviceIDSource().Value} {
+		for _, id := range ids {
 			if id != "" && !deviceIDRe.MatchString(id) {
 				t.Fatalf("accepted device ID %q does not match the documented pattern", id)
 			}

@@ -6,7 +6,9 @@ import (
 )
 
 // NoMatchError says that no RDMA device in the host's sysfs belongs to a
-// netdev. Its message is meant to be returned to the runtime verbatim.
+// netdev. Its message is meant to be returned to the runtime verbatim, and
+// so to the pod's events: it names no other device of the node (Describe
+// of Have is for the node's log).
 type NoMatchError struct {
 	// What names the netdev, e.g. `netdev "net1"`.
 	What string
@@ -24,10 +26,10 @@ func NoMatch(what, devPath string, have []Device) error {
 }
 
 func (e *NoMatchError) Error() string {
-	return fmt.Sprintf("no RDMA device found for %s (parent device %s); RDMA devices in the host namespace: %s; "+
+	return fmt.Sprintf("no RDMA device found for %s (parent device %s); "+
 		`set "rdmaDevice" to name it, check that the RDMA driver for this device is loaded (e.g. mlx5_ib, irdma, rdma_rxe), `+
-		"or it may already be in another pod's network namespace",
-		e.What, e.DevPath, describeDevices(e.Have))
+		"or it may already be in another pod's network namespace; the node's log of rdma-netns lists the RDMA devices the host has",
+		e.What, e.DevPath)
 }
 
 // AmbiguousError says that several RDMA devices are equally near a netdev,
@@ -51,7 +53,8 @@ func (e *AmbiguousError) Error() string {
 		len(e.Matches), e.What, strings.Join(cands, ", "))
 }
 
-func describeDevices(devs []Device) string {
+// Describe lists devs with their PCI functions or parents, for logs.
+func Describe(devs []Device) string {
 	if len(devs) == 0 {
 		return "none"
 	}
