@@ -15,10 +15,10 @@ import (
 	"github.com/rdma-netns/rdma-netns/e2e/internal/rig"
 )
 
-// nad is a NetworkAttachmentDefinition in the default namespace whose
-// chain is host-device on netdev (static address addr) then rdma-netns
-// with the given extra settings.
-func nad(t *testing.T, name, netdev, addr, rdmaExtra string) {
+// nad is a NetworkAttachmentDefinition in namespace ns whose chain is
+// host-device on netdev (static address addr) then rdma-netns with the
+// given extra settings.
+func nad(t *testing.T, ns, name, netdev, addr, rdmaExtra string) {
 	t.Helper()
 	conf := fmt.Sprintf(`{"cniVersion": "1.1.0", "name": %q, "plugins": [
   {"type": "host-device", "device": %q, "ipam": {"type": "static", "addresses": [{"address": %q}]}},
@@ -27,19 +27,21 @@ func nad(t *testing.T, name, netdev, addr, rdmaExtra string) {
 kind: NetworkAttachmentDefinition
 metadata:
   name: %s
-  namespace: default
+  namespace: %s
 spec:
   config: %q
-`, name, conf)
+`, name, ns, conf)
 	if err := apply(ctx(t), []byte(manifest)); err != nil {
 		t.Fatalf("NAD %s: %v", name, err)
 	}
 }
 
-// toolsPod is an unprivileged pod of the tools image on the NAD network.
-func toolsPod(name, network string) *corev1.Pod {
+// toolsPod is an unprivileged pod of the tools image in namespace ns, its
+// k8s.v1.cni.cncf.io/networks annotation network (a NAD's name, or the
+// JSON form of network-selection elements).
+func toolsPod(ns, name, network string) *corev1.Pod {
 	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default",
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns,
 			Annotations: map[string]string{"k8s.v1.cni.cncf.io/networks": network}},
 		Spec: corev1.PodSpec{
 			TerminationGracePeriodSeconds: new(int64),
@@ -126,8 +128,8 @@ func TestBadInput(t *testing.T) {
 	netdevs, rdma := hostState(t)
 
 	t.Run("missing NIC", func(t *testing.T) {
-		nad(t, "missing-nic", "eth99", "10.100.101.1/29", "")
-		createPod(t, toolsPod("missing-nic", "missing-nic"))
+		nad(t, "default", "missing-nic", "eth99", "10.100.101.1/29", "")
+		createPod(t, toolsPod("default", "missing-nic", "missing-nic"))
 		// host-device's own message; it does not name the device.
 		msg := waitEvent(t, "default", "missing-nic", `plugin type="host-device" failed (add)`, "failed to find host device")
 		t.Logf("event: %s", msg)
@@ -140,13 +142,13 @@ func TestBadInput(t *testing.T) {
 
 	t.Run("device held by another pod", func(t *testing.T) {
 		held := rdmaOf(t, "eth2")
-		nad(t, "holder", "eth2", "10.100.102.1/29", "")
-		nad(t, "thief", "eth3", "10.100.103.1/29", fmt.Sprintf(`, "rdmaDevice": %q`, held))
-		createPod(t, toolsPod("holder", "holder"))
+		nad(t, "default", "holder", "eth2", "10.100.102.1/29", "")
+		nad(t, "default", "thief", "eth3", "10.100.103.1/29", fmt.Sprintf(`, "rdmaDevice": %q`, held))
+		createPod(t, toolsPod("default", "holder", "holder"))
 		waitRunning(t, "default", "holder", 3*time.Minute)
 		_, heldRDMA := hostState(t)
 		heldNetdevs, _ := hostState(t)
-		createPod(t, toolsPod("thief", "thief"))
+		createPod(t, toolsPod("default", "thief", "thief"))
 		msg := waitEvent(t, "default", "thief", held, "held by pod default/holder", "nothing was changed", "Delete the pod that holds it")
 		t.Logf("event: %s", msg)
 		if p, err := cs.CoreV1().Pods("default").Get(ctx(t), "thief", metav1.GetOptions{}); err != nil || p.Status.Phase != corev1.PodPending {

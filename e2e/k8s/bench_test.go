@@ -35,7 +35,7 @@ func TestBenchPodStart(t *testing.T) {
 		t.Skip("a benchmark: make bench-k8s runs it (-k8s.bench N)")
 	}
 	dev := rdmaOf(t, "eth1")
-	nad(t, "bench-rdma", "eth1", "10.100.101.1/29", "")
+	nad(t, "default", "bench-rdma", "eth1", "10.100.101.1/29", "")
 	plain := `{"cniVersion": "1.1.0", "name": "bench-plain", "plugins": [
   {"type": "host-device", "device": "eth1", "ipam": {"type": "static", "addresses": [{"address": "10.100.101.1/29"}]}}]}`
 	if err := apply(ctx(t), []byte(fmt.Sprintf("apiVersion: k8s.cni.cncf.io/v1\nkind: NetworkAttachmentDefinition\nmetadata:\n  name: bench-plain\n  namespace: default\nspec:\n  config: %q\n", plain))); err != nil {
@@ -74,7 +74,7 @@ func TestBenchPodStart(t *testing.T) {
 // it and waits for it to be gone and eth1 back on the host.
 func benchPod(t *testing.T, name, network, dev string, moved bool) (start, stop time.Duration) {
 	t.Helper()
-	pod := toolsPod(name, network)
+	pod := toolsPod("default", name, network)
 	w, err := cs.CoreV1().Pods("default").Watch(ctx(t), metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()})
 	if err != nil {
 		t.Fatal(err)

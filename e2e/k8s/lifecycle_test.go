@@ -31,7 +31,7 @@ func runClassPod(t *testing.T, name, handler string, edit ...func(*corev1.Pod)) 
 		t.Fatal(err)
 	}
 	applyRuntimeClasses(t)
-	pod := toolsPod(name, "")
+	pod := toolsPod("default", name, "")
 	delete(pod.Annotations, "k8s.v1.cni.cncf.io/networks")
 	pod.Spec.RuntimeClassName = &handler
 	for _, e := range edit {
@@ -230,7 +230,7 @@ func TestCrashRestart(t *testing.T) {
 // RuntimeClass handler, at 0 replicas, changed by each of edit.
 func classDeployment(t *testing.T, name, handler string, edit ...func(*corev1.Pod)) {
 	t.Helper()
-	pod := toolsPod("", "")
+	pod := toolsPod("default", "", "")
 	delete(pod.Annotations, "k8s.v1.cni.cncf.io/networks")
 	pod.Spec.RuntimeClassName = &handler
 	for _, e := range edit {

@@ -43,17 +43,23 @@ func applyManifest(t *testing.T, name string) {
 // rdmaOf is the RDMA device of a VM NIC.
 func rdmaOf(t *testing.T, netdev string) string {
 	t.Helper()
+	return nicNamed(t, netdev).RDMA
+}
+
+// nicNamed is the VM NIC whose netdev is netdev.
+func nicNamed(t *testing.T, netdev string) rig.NIC {
+	t.Helper()
 	nics, err := rig.Layout()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, n := range nics {
 		if n.Netdev == netdev {
-			return n.RDMA
+			return n
 		}
 	}
 	t.Fatalf("the VM has no NIC %s", netdev)
-	return ""
+	return rig.NIC{}
 }
 
 // conf/nad-host-device.yaml and conf/pod-nccl.yaml (overlays: the VM's

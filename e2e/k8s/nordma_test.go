@@ -56,7 +56,7 @@ func TestNoRDMA(t *testing.T) {
 		}
 	}
 
-	pod := toolsPod("plain", "")
+	pod := toolsPod("default", "plain", "")
 	delete(pod.Annotations, "k8s.v1.cni.cncf.io/networks")
 	createPod(t, pod)
 	defer deletePod(t, "default", "plain", metav1.DeleteOptions{})

@@ -1,0 +1,276 @@
+//go:build e2e
+
+package k8s
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/rdma-netns/rdma-netns/e2e/cri/cririg"
+	"github.com/rdma-netns/rdma-netns/e2e/internal/rig"
+)
+
+// tenant is a namespace of a shared cluster with a NAD of its own on a NIC
+// of its own: the operator writes the NAD, the tenant writes only pods.
+type tenant struct {
+	ns, network, addr string
+	nic               rig.NIC
+}
+
+// tenancy is TestTenants' two tenants and the host's netdevs and RDMA
+// devices with no pod on either NIC.
+type tenancy struct {
+	t1, t2        *tenant
+	netdevs, rdma []string
+}
+
+// Issue 35 on a real node: two namespaces, t1 and t2, each with its NAD
+// (host-device on a NIC of its own, then rdma-netns). A t1 pod writes in
+// its k8s.v1.cni.cncf.io/networks annotation, as a tenant can, t2's RDMA
+// device (cni-args rdmaDevice), t2's NIC's PCI address (deviceID), a
+// malformed rdmaDevName, or the name t2's NAD gives its device; or its
+// operator's NAD names the device t2's pod holds. Each is refused with an
+// event that says which input, with which value, and why, and that names
+// no other RDMA device of the node and nothing of t2's pod; t2's pod
+// starts with its own device; after each the host has every NIC and RDMA
+// device back under its own name, and the NAD's next pod starts with its
+// device.
+func TestTenants(t *testing.T) {
+	ts := &tenancy{
+		t1: &tenant{ns: "t1", network: "t1-net", addr: "10.100.111.1/29", nic: nicNamed(t, "eth4")},
+		t2: &tenant{ns: "t2", network: "t2-net", addr: "10.100.112.1/29", nic: nicNamed(t, "eth5")},
+	}
+	t1, t2 := ts.t1, ts.t2
+	for _, tn := range []*tenant{t1, t2} {
+		createNamespace(t, tn.ns)
+		nad(t, tn.ns, tn.network, tn.nic.Netdev, tn.addr, "")
+	}
+	ts.netdevs, ts.rdma = hostState(t)
+
+	t.Run("cni-args rdmaDevice of the other tenant's device", func(t *testing.T) {
+		hostile := toolsPod(t1.ns, "t1-rdmadevice", selection(t1.network, "cni-args", map[string]any{"rdmaDevice": t2.nic.RDMA}))
+		ts.refused(t, hostile, "args.cni.rdmaDevice", strconv.Quote(t2.nic.RDMA), "refused", "nothing was changed")
+		// t2's pod starts with its own device while t1's keeps retrying.
+		runsWith(t, t2.ns, "t2-rdmadevice", t2.network, t2.nic.RDMA)
+		deletePod(t, t1.ns, hostile.Name, metav1.DeleteOptions{})
+		deletePod(t, t2.ns, "t2-rdmadevice", metav1.DeleteOptions{})
+		ts.settled(t)
+		ts.nextStarts(t, "t1-rdmadevice-next", t1.network)
+	})
+
+	t.Run("deviceID of the other tenant's NIC", func(t *testing.T) {
+		// Multus passes a network-selection element's deviceID on as
+		// runtimeConfig.deviceID to the plugins that declare the capability
+		// (when no device plugin allocated one), as conf/nad-device-info.yaml
+		// declares it.
+		nad(t, t1.ns, "t1-devid", t1.nic.Netdev, t1.addr, `, "capabilities": {"deviceID": true}`)
+		hostile := toolsPod(t1.ns, "t1-deviceid", selection("t1-devid", "deviceID", t2.nic.PCI))
+		ts.refused(t, hostile, "runtimeConfig.deviceID", strconv.Quote(t2.nic.PCI), "refused", "nothing was changed")
+		runsWith(t, t2.ns, "t2-deviceid", t2.network, t2.nic.RDMA)
+		deletePod(t, t1.ns, hostile.Name, metav1.DeleteOptions{})
+		deletePod(t, t2.ns, "t2-deviceid", metav1.DeleteOptions{})
+		ts.settled(t)
+		// A deviceID that names the pod's own NIC narrows nothing away: the
+		// NAD's next pod starts with it.
+		ts.nextStarts(t, "t1-deviceid-next", selection("t1-devid", "deviceID", t1.nic.PCI))
+	})
+
+	t.Run("malformed cni-args rdmaDevName", func(t *testing.T) {
+		for _, c := range []struct {
+			pod   string
+			value any
+		}{
+			{"t1-devname-slash", "a/b"},
+			{"t1-devname-number", 7},
+			{"t1-devname-long", "t1-" + strings.Repeat("x", 67)},
+		} {
+			want := []string{"args.cni.rdmaDevName", "refused"}
+			if s, ok := c.value.(string); ok {
+				want = append(want, strconv.Quote(s))
+			}
+			hostile := toolsPod(t1.ns, c.pod, selection(t1.network, "cni-args", map[string]any{"rdmaDevName": c.value}))
+			ts.refused(t, hostile, want...)
+			// Its DEL does not fail on it: host-device's DEL ran after
+			// rdma-netns's, and the NIC is back under its own name (no
+			// net1 on the host).
+			deletePod(t, t1.ns, hostile.Name, metav1.DeleteOptions{})
+			ts.settled(t)
+		}
+		ts.nextStarts(t, "t1-devname-next", t1.network)
+	})
+
+	t.Run("cni-args rdmaDevName of the other tenant's NAD", func(t *testing.T) {
+		const job = "rdma_job0"
+		nad(t, t2.ns, "t2-job", t2.nic.Netdev, t2.addr, `, "rdmaDevName": "`+job+`"`)
+		hostile := toolsPod(t1.ns, "t1-job", selection(t1.network, "cni-args", map[string]any{"rdmaDevName": job}))
+		ts.refused(t, hostile, "args.cni.rdmaDevName", strconv.Quote(job), "refused", "nothing was changed")
+		runsWith(t, t2.ns, "t2-job", "t2-job", job)
+		deletePod(t, t1.ns, hostile.Name, metav1.DeleteOptions{})
+		ts.settled(t, t2)
+		ts.nextStarts(t, "t1-job-next", t1.network, t2)
+
+		// A NAD that lets its pods name their device (podRdmaDevNamePrefix)
+		// takes only names with its prefix, and only well-formed ones.
+		nad(t, t1.ns, "t1-named", t1.nic.Netdev, t1.addr, `, "podRdmaDevNamePrefix": "t1-"`)
+		hostile = toolsPod(t1.ns, "t1-named-job", selection("t1-named", "cni-args", map[string]any{"rdmaDevName": job}))
+		ts.refused(t, hostile, "args.cni.rdmaDevName", strconv.Quote(job), "refused", "podRdmaDevNamePrefix", "nothing was changed")
+		deletePod(t, t1.ns, hostile.Name, metav1.DeleteOptions{})
+		ts.settled(t, t2)
+		hostile = toolsPod(t1.ns, "t1-named-slash", selection("t1-named", "cni-args", map[string]any{"rdmaDevName": "t1-a/b"}))
+		ts.refused(t, hostile, "args.cni.rdmaDevName", strconv.Quote("t1-a/b"), "refused")
+		deletePod(t, t1.ns, hostile.Name, metav1.DeleteOptions{})
+		ts.settled(t, t2)
+		runsWith(t, t1.ns, "t1-named-next", selection("t1-named", "cni-args", map[string]any{"rdmaDevName": "t1-job0"}), "t1-job0")
+
+		deletePod(t, t1.ns, "t1-named-next", metav1.DeleteOptions{})
+		deletePod(t, t2.ns, "t2-job", metav1.DeleteOptions{})
+		// Both devices are back under their own names.
+		ts.settled(t)
+	})
+
+	t.Run("device held by a pod of another namespace", func(t *testing.T) {
+		held := t2.nic.RDMA
+		holderNetns := runsWith(t, t2.ns, "t2-holder", t2.network, held)
+		holder, err := cs.CoreV1().Pods(t2.ns).Get(ctx(t), "t2-holder", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sandbox := sandboxOf(t, t2.ns, "t2-holder").Id
+		// t1's operator names t2's device in t1's NAD, on t1's NIC.
+		nad(t, t1.ns, "t1-thief", t1.nic.Netdev, t1.addr, `, "rdmaDevice": "`+held+`"`)
+		thief := toolsPod(t1.ns, "t1-thief", "t1-thief")
+		ts.refused(t, thief, held, "held by a pod in another namespace", "nothing was changed")
+		evs := events(t, t1.ns, thief.Name)
+		for what, s := range map[string]string{
+			"pod name": holder.Name, "pod UID": string(holder.UID), "sandbox ID": sandbox,
+			"netns": holderNetns, "netns name": filepath.Base(holderNetns),
+		} {
+			if strings.Contains(evs, s) {
+				t.Errorf("t1's pod's events name t2's pod's %s %s:\n%s", what, s, evs)
+			}
+		}
+		// t1's NIC came back with the failed ADD's DEL; the holder keeps
+		// its device.
+		ts.settled(t, t2)
+		if in, err := rig.RDMAIn(holderNetns); err != nil || len(in) != 1 || in[0] != held {
+			t.Errorf("t2's pod's RDMA devices %v (%v), want [%s]", in, err, held)
+		}
+		deletePod(t, t1.ns, thief.Name, metav1.DeleteOptions{})
+		deletePod(t, t2.ns, "t2-holder", metav1.DeleteOptions{})
+		ts.settled(t)
+		ts.nextStarts(t, "t1-thief-next", t1.network)
+	})
+}
+
+// selection is a pod's k8s.v1.cni.cncf.io/networks annotation in its JSON
+// form: one network-selection element, of network, with key set to value
+// as a tenant writes it.
+func selection(network, key string, value any) string {
+	data, err := json.Marshal([]map[string]any{{"name": network, key: value}})
+	if err != nil {
+		panic(err)
+	}
+	return string(data)
+}
+
+// refused creates a tenant's pod and waits for the event of its refused
+// ADD, which says every one of want. The pod stays Pending, and its events
+// name no RDMA device of the node but the two tenants'.
+func (ts *tenancy) refused(t *testing.T, pod *corev1.Pod, want ...string) {
+	t.Helper()
+	startPod(t, pod)
+	t.Logf("%s/%s's %s: %s", pod.Namespace, pod.Name, "networks", pod.Annotations["k8s.v1.cni.cncf.io/networks"])
+	msg := waitEvent(t, pod.Namespace, pod.Name, want...)
+	t.Logf("event: %s", msg)
+	if p, err := cs.CoreV1().Pods(pod.Namespace).Get(ctx(t), pod.Name, metav1.GetOptions{}); err != nil || p.Status.Phase != corev1.PodPending {
+		t.Errorf("pod %s/%s: %v %v, want Pending", pod.Namespace, pod.Name, p.Status.Phase, err)
+	}
+	nics, err := rig.Layout()
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := events(t, pod.Namespace, pod.Name)
+	for _, n := range nics {
+		if n.RDMA != ts.t1.nic.RDMA && n.RDMA != ts.t2.nic.RDMA && strings.Contains(evs, n.RDMA) {
+			t.Errorf("pod %s/%s's events name the node's RDMA device %s, which neither tenant has:\n%s", pod.Namespace, pod.Name, n.RDMA, evs)
+		}
+	}
+}
+
+// nextStarts: t1's next pod, on network as a tenant may write it, starts
+// with t1's device, and deleting it gives the host its NIC and device back
+// (settled, with the away tenants' pods still running).
+func (ts *tenancy) nextStarts(t *testing.T, name, network string, away ...*tenant) {
+	t.Helper()
+	runsWith(t, ts.t1.ns, name, network, ts.t1.nic.RDMA)
+	deletePod(t, ts.t1.ns, name, metav1.DeleteOptions{})
+	ts.settled(t, away...)
+}
+
+// settled waits for the host to have every netdev and RDMA device it had
+// before the test, under the same names, but the NIC and device of each
+// away tenant, whose pod holds them, and nothing else.
+func (ts *tenancy) settled(t *testing.T, away ...*tenant) {
+	t.Helper()
+	netdevs, rdma := ts.netdevs, ts.rdma
+	for _, tn := range away {
+		netdevs = slices.DeleteFunc(slices.Clone(netdevs), func(n string) bool { return n == tn.nic.Netdev })
+		rdma = slices.DeleteFunc(slices.Clone(rdma), func(n string) bool { return n == tn.nic.RDMA })
+	}
+	waitHostState(t, netdevs, rdma)
+}
+
+// runsWith creates a pod in ns on network and waits for it to be Running
+// with dev, alone, in its netns, which it returns.
+func runsWith(t *testing.T, ns, name, network, dev string) string {
+	t.Helper()
+	startPod(t, toolsPod(ns, name, network))
+	took := waitRunning(t, ns, name, 3*time.Minute)
+	netns := mustNetns(t, ns, name)
+	if in, err := rig.RDMAIn(netns); err != nil || len(in) != 1 || in[0] != dev {
+		t.Fatalf("pod %s/%s: RDMA devices %v (%v), want [%s]", ns, name, in, err, dev)
+	}
+	t.Logf("pod %s/%s Running with %s, %s after create", ns, name, dev, took.Round(time.Millisecond))
+	return netns
+}
+
+// startPod creates the pod and deletes it when the test ends, if the test
+// has not.
+func startPod(t *testing.T, pod *corev1.Pod) {
+	t.Helper()
+	createPod(t, pod)
+	t.Cleanup(func() { deletePod(t, pod.Namespace, pod.Name, metav1.DeleteOptions{}) })
+}
+
+// createNamespace creates a namespace and deletes it, with all it holds,
+// when the test ends.
+func createNamespace(t *testing.T, name string) {
+	t.Helper()
+	if _, err := cs.CoreV1().Namespaces().Create(ctx(t), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("namespace %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		if err := cs.CoreV1().Namespaces().Delete(ctx(t), name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			t.Fatal(err)
+		}
+		err := cririg.Wait(3*time.Minute, "namespace "+name+" gone", func() (bool, error) {
+			_, err := cs.CoreV1().Namespaces().Get(ctx(t), name, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				return true, nil
+			}
+			return false, err
+		})
+		if err != nil {
+			t.Error(err)
+		}
+	})
+}
