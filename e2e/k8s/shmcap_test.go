@@ -22,7 +22,7 @@ func TestShmAboveTheCap(t *testing.T) {
 		t.Fatal(err)
 	}
 	applyRuntimeClasses(t)
-	pod := toolsPod(name, "")
+	pod := toolsPod("default", name, "")
 	delete(pod.Annotations, "k8s.v1.cni.cncf.io/networks")
 	pod.Annotations["rdma-netns.io/shm-size"] = "32Gi"
 	class := handler
