@@ -6,6 +6,12 @@ VM_RUN  := scripts/vm-run.sh
 # Unit tests need root (network namespaces); e2e boots a VM with qemu.
 E2E_FLAGS ?= -test.v
 
+# Every component's version (Kubernetes, containerd, Multus, ...) comes
+# from versions.env, exported to the scripts; `make e2e-k8s
+# KUBERNETES_VERSION=... CONTAINERD_VERSION=...` names others.
+include versions.env
+export $(shell sed -n 's/^\([A-Z][A-Z0-9_]*\)=.*/\1/p' versions.env)
+
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/containernetworking/plugins/pkg/utils/buildversion.BuildVersion=$(VERSION)
 

@@ -1,6 +1,6 @@
-// Multus for the e2e cluster (scripts/k8s/build.sh). `go install ...@v4.2.3`
+// Multus for the e2e cluster (scripts/k8s/build.sh). `go install ...@VERSION`
 // is refused for this module (the proxy does not list its versions), a
-// require of the exact version works.
+// require of the exact version (versions.env's MULTUS_VERSION) works.
 module github.com/rdma-netns/rdma-netns/scripts/k8s/multus
 
 go 1.26.8
