@@ -151,7 +151,9 @@ func TestVersionsBuildModules(t *testing.T) {
 
 // Every go.mod that requires directly a component versions.env names
 // requires the file's version: the plugin's libraries (the CNI library and
-// plugins, NRI), Multus in e2e/multus, and helm in conf.
+// plugins, NRI), Multus in e2e/multus, helm in conf, and the Kubernetes
+// client libraries the suites talk to the cluster with (e2e/k8s, e2e/cri)
+// at the release of the node's Kubernetes.
 func TestVersionsGoModules(t *testing.T) {
 	v := readVersions(t)
 	keys := map[string]string{
@@ -162,6 +164,10 @@ func TestVersionsGoModules(t *testing.T) {
 		"helm.sh/helm/v3":                             "HELM_VERSION",
 		"helm.sh/helm/v4":                             "HELM_SDK_VERSION",
 	}
+	// The client libraries are published as v0.MINOR.PATCH of the release.
+	client := "v0." + strings.TrimPrefix(v["KUBERNETES_VERSION"], "v1.")
+	clientMods := map[string]bool{"e2e/k8s/go.mod": true, "e2e/cri/go.mod": true}
+	staging := regexp.MustCompile(`^k8s\.io/(api|apimachinery|client-go|cri-api|kubelet)$`)
 	seen := map[string]bool{}
 	for _, gomod := range goMods(t) {
 		for _, r := range requirements(t, gomod) {
@@ -173,6 +179,9 @@ func TestVersionsGoModules(t *testing.T) {
 				if r.Version != v[key] {
 					t.Errorf("%s requires %s %s, versions.env says %s=%s", gomod, r.Path, r.Version, key, v[key])
 				}
+			}
+			if clientMods[filepath.ToSlash(gomod)] && staging.MatchString(r.Path) && r.Version != client {
+				t.Errorf("%s requires %s %s, want %s (the client of KUBERNETES_VERSION=%s)", gomod, r.Path, r.Version, client, v["KUBERNETES_VERSION"])
 			}
 		}
 	}

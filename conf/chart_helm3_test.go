@@ -6,6 +6,7 @@ import (
 
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/chartutil"
 
 	"github.com/rdma-netns/rdma-netns/conf/helmchart"
 )
@@ -17,7 +18,12 @@ func renderHelm3(dir string, vals map[string]any) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("load the chart %s: %w", dir, err)
 	}
+	kv, err := chartutil.ParseKubeVersion(helmchart.KubeVersion)
+	if err != nil {
+		return "", err
+	}
 	install := action.NewInstall(&action.Configuration{})
+	install.KubeVersion = kv
 	install.DryRun = true
 	install.ClientOnly = true
 	install.Replace = true
@@ -32,9 +38,14 @@ func renderHelm3(dir string, vals map[string]any) (string, error) {
 
 // lintHelm3 is Helm 3's `helm lint --strict`.
 func lintHelm3(dir string, vals map[string]any) error {
+	kv, err := chartutil.ParseKubeVersion(helmchart.KubeVersion)
+	if err != nil {
+		return err
+	}
 	lint := action.NewLint()
 	lint.Strict = true
 	lint.Namespace = helmchart.Namespace
+	lint.KubeVersion = kv
 	res := lint.Run([]string{dir}, vals)
 	if res.TotalChartsLinted != 1 && len(res.Errors) == 0 {
 		return fmt.Errorf("helm lint %s: linted %d charts", dir, res.TotalChartsLinted)
