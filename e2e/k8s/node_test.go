@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"debug/buildinfo"
 	"os"
+	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -68,19 +69,51 @@ func TestNodeVersions(t *testing.T) {
 	if "v"+strings.TrimPrefix(rt, "v") != want["CONTAINERD_VERSION"] {
 		t.Errorf("runtime version %q, want containerd %s", info.ContainerRuntimeVersion, want["CONTAINERD_VERSION"])
 	}
-	// The Go module Multus's programs were built from, as the binary records it.
+	// The Go module Multus's programs were built from, as the binary
+	// records it: the main module of `go build MODULE/cmd/multus-shim`.
 	bi, err := buildinfo.ReadFile("/opt/cni/bin/multus-shim")
 	if err != nil {
 		t.Fatalf("the multus-shim Multus's init container installed: %v", err)
 	}
 	var multus string
-	for _, d := range bi.Deps {
-		if d.Path == "gopkg.in/k8snetworkplumbingwg/multus-cni.v4" {
-			multus = d.Version
+	for _, m := range append([]*debug.Module{&bi.Main}, bi.Deps...) {
+		if m.Path == "gopkg.in/k8snetworkplumbingwg/multus-cni.v4" {
+			multus = m.Version
 		}
 	}
 	if multus != want["MULTUS_VERSION"] {
 		t.Errorf("/opt/cni/bin/multus-shim built from Multus %q, want %s", multus, want["MULTUS_VERSION"])
+	}
+}
+
+// containerd registered rdma-netns-nri with the NRI version versions.env
+// names (the stub reports its own, from the binary's build information),
+// and never warned that it uses a deprecated interface: NRI v0.12 has a
+// dedicated RPC per event, and containerd 2.3 and later log "NRI plugin
+// uses a deprecated interface." for a plugin that gets events through the
+// old StateChange. Since containerd's last start (TestContainerdRestart),
+// after which only this build's instances ran (TestHelm's upgrade runs an
+// earlier build), and pods came and went.
+func TestNRIPluginInterface(t *testing.T) {
+	want := payloadVersions(t)["NRI_VERSION"]
+	registered := 0
+	for _, l := range strings.Split(containerdLogSinceStart(t), "\n") {
+		if !strings.Contains(l, "rdma-netns") {
+			continue
+		}
+		if strings.Contains(l, "registered as") {
+			registered++
+			t.Logf("%s", l)
+			if !strings.Contains(l, "(with NRI version "+want+")") {
+				t.Errorf("containerd registered our plugin with another NRI version than %s:\n%s", want, l)
+			}
+		}
+		if strings.Contains(strings.ToLower(l), "deprecated") {
+			t.Errorf("containerd warns of a deprecation for our plugin:\n%s", l)
+		}
+	}
+	if registered == 0 {
+		t.Errorf("containerd's log has no registration of rdma-netns-nri; its NRI lines:\n%s", nriLog(t))
 	}
 }
 
