@@ -6,6 +6,12 @@ VM_RUN  := scripts/vm-run.sh
 # Unit tests need root (network namespaces); e2e boots a VM with qemu.
 E2E_FLAGS ?= -test.v
 
+# Every component's version (Kubernetes, containerd, Multus, ...) comes
+# from versions.env, exported to the scripts; `make e2e-k8s
+# KUBERNETES_VERSION=... CONTAINERD_VERSION=...` names others.
+include versions.env
+export $(shell sed -n 's/^\([A-Z][A-Z0-9_]*\)=.*/\1/p' versions.env)
+
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/containernetworking/plugins/pkg/utils/buildversion.BuildVersion=$(VERSION)
 
@@ -34,7 +40,7 @@ FORCE:
 
 ## test: unit tests, then the real-kernel end-to-end suite in the test VM,
 ## and the one-node Kubernetes cluster's (e2e-k8s).
-test: unit image-test e2e stress-short e2e-k8s
+test: unit image-test e2e stress-short e2e-k8s e2e-k8s-oldest
 
 lint:
 	@fmt=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$fmt" ]; then echo "gofmt needed: $$fmt"; exit 1; fi
@@ -116,14 +122,33 @@ k8s-payload: payload
 	if [ -n "$(K8S_KUBECTL)" ]; then cp "$$K8S_BIN_DIR/kubectl" $(K8S_PAYLOAD)/bin/kubectl; fi; \
 	$(GO) -C e2e/k8s build -o $(abspath $(OUT))/rdma-netns-k8s-cluster ./cmd/rdma-netns-k8s-cluster
 
+## K8S_TESTS narrows the first boot's tests (a -test.run pattern without
+## "$" or quotes; empty: all), K8S_NORDMA= skips the node without RDMA.
+K8S_TESTS  =
+K8S_NORDMA = 1
 e2e-k8s: k8s-payload
 	@set -e; $(K8S_ENV); \
 	rm -f $(K8S_DISK); truncate -s 4G $(K8S_DISK); mkfs.ext4 -q -F $(K8S_DISK); \
-	$(K8S_CLUSTER) sh -c '$(K8S_VM) --timeout $(K8S_FIRST_BOOT_TIMEOUT) --disk $(K8S_DISK) -- "k8s.test $(E2E_FLAGS)" && \
+	$(K8S_CLUSTER) sh -c '$(K8S_VM) --timeout $(K8S_FIRST_BOOT_TIMEOUT) --disk $(K8S_DISK) -- "k8s.test $(E2E_FLAGS)$(if $(K8S_TESTS), -test.run '\''$(K8S_TESTS)'\'')" && \
 	  $(K8S_VM) --disk $(K8S_DISK) -- "k8s.test -k8s.boot reboot $(E2E_FLAGS) -test.run ^TestReboot$$"'; \
-	$(K8S_CLUSTER) $(K8S_VM) --nics 3 --no-rxe -- 'k8s.test $(E2E_FLAGS) -test.run ^TestNoRDMA$$'
+	$(if $(K8S_NORDMA),$(K8S_CLUSTER) $(K8S_VM) --nics 3 --no-rxe -- 'k8s.test $(E2E_FLAGS) -test.run ^TestNoRDMA$$')
 
-.PHONY: k8s-payload e2e-k8s
+## e2e-k8s-oldest: the same rig on the oldest supported pair, versions.env's
+## KUBERNETES_OLDEST_VERSION and CONTAINERD_OLDEST_VERSION (etcd, Multus
+## and helm as e2e-k8s; its own build in $(OUT)/oldest): a pod's life, the
+## chart installed with its defaults and an RDMA pod with its device, the
+## NRI plugin's device nodes, memlock and /dev/shm, deleted and the device
+## home (TestHelm/InstallDefaults, TestRuntimeClassPod), the versions the
+## node runs and the NRI plugin's registration (TestNodeVersions,
+## TestNRIPluginInterface, after TestContainerdRestart), and the reboot,
+## where the pre-installed NRI plugin serves the pods from the runtime's
+## start (TestReboot).
+K8S_OLDEST_TESTS = ^(TestHelm|TestInstall|TestContainerdRestart|TestNodeVersions|TestNRIPluginInterface|TestRuntimeClassPod|TestReboot)/^InstallDefaults
+e2e-k8s-oldest:
+	$(MAKE) e2e-k8s OUT=$(OUT)/oldest KUBERNETES_VERSION=$(KUBERNETES_OLDEST_VERSION) \
+	  CONTAINERD_VERSION=$(CONTAINERD_OLDEST_VERSION) K8S_TESTS='$(K8S_OLDEST_TESTS)' K8S_NORDMA=
+
+.PHONY: k8s-payload e2e-k8s e2e-k8s-oldest
 
 ## demo: the story as a user meets it, on the e2e-k8s cluster (same build,
 ## caches and ports): once the node is up, scripts/guest/demo.sh runs there

@@ -24,7 +24,12 @@ func renderHelm3(dir string, vals map[string]any) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("load the chart %s: %w", dir, err)
 	}
+	kv, err := chartutil.ParseKubeVersion(helmchart.KubeVersion)
+	if err != nil {
+		return "", err
+	}
 	install := action.NewInstall(&action.Configuration{})
+	install.KubeVersion = kv
 	install.DryRun = true
 	install.ClientOnly = true
 	install.Replace = true
@@ -39,9 +44,14 @@ func renderHelm3(dir string, vals map[string]any) (string, error) {
 
 // lintHelm3 is Helm 3's `helm lint --strict`.
 func lintHelm3(dir string, vals map[string]any) error {
+	kv, err := chartutil.ParseKubeVersion(helmchart.KubeVersion)
+	if err != nil {
+		return err
+	}
 	lint := action.NewLint()
 	lint.Strict = true
 	lint.Namespace = helmchart.Namespace
+	lint.KubeVersion = kv
 	res := lint.Run([]string{dir}, vals)
 	if res.TotalChartsLinted != 1 && len(res.Errors) == 0 {
 		return fmt.Errorf("helm lint %s: linted %d charts", dir, res.TotalChartsLinted)
@@ -58,8 +68,14 @@ func TestChartUpgradeReusesNullShmCap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	kv, err := chartutil.ParseKubeVersion(helmchart.KubeVersion)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caps := *chartutil.DefaultCapabilities
+	caps.KubeVersion = *kv
 	cfg := &action.Configuration{Releases: storage.Init(driver.NewMemory()), KubeClient: &kubefake.PrintingKubeClient{Out: io.Discard},
-		Capabilities: chartutil.DefaultCapabilities, Log: func(string, ...any) {}}
+		Capabilities: &caps, Log: func(string, ...any) {}}
 	install := action.NewInstall(cfg)
 	install.ReleaseName, install.Namespace = helmchart.ReleaseName, helmchart.Namespace
 	if _, err := install.Run(ch, values("image.tag", "old", "nri.maxShmSize", nil)); err != nil {

@@ -4,26 +4,26 @@
 # holds test binaries for /usr/local/bin, the rest lands in /payload.
 #
 # host-device, static, loopback and cnitool are built from their own modules
-# at the versions go.mod requires, so the VM runs exactly the code we depend
-# on. The Multus tests come from their own module, e2e/multus; the CRI tests
-# from e2e/cri, with containerd built from its Go module (CONTAINERD_VERSION)
-# and conf/containerd as /payload/containerd.
+# at the versions versions.env names (CNI_PLUGINS_VERSION, CNI_VERSION),
+# which go.mod requires too (versions_test.go), so the VM runs exactly the
+# code we depend on. The Multus tests come from their own module,
+# e2e/multus; the CRI tests from e2e/cri, with containerd built from its Go
+# module (CONTAINERD_VERSION) and conf/containerd as /payload/containerd.
 #
 # Usage: build-payload.sh OUTDIR [extra guest scripts...]
 set -euo pipefail
 out=${1:?usage: build-payload.sh OUTDIR}
 shift
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+. "$top/scripts/versions.sh"
 cd "$top"
 export CGO_ENABLED=0
 mkdir -p "$out/cni" "$out/bin"
 out=$(cd "$out" && pwd)
 log() { printf '[payload] %s\n' "$*" >&2; }
 
-plugins=$(go list -m -f '{{.Version}}' github.com/containernetworking/plugins)
-# The containerd release the CRI tests run (README: "Works with containerd 2.x").
-CONTAINERD_VERSION=${CONTAINERD_VERSION:-v2.2.1}
-cni=$(go list -m -f '{{.Version}}' github.com/containernetworking/cni)
+plugins=$CNI_PLUGINS_VERSION
+cni=$CNI_VERSION
 
 log "rdma-netns"
 go build -trimpath -o "$out/cni/rdma-netns" .
@@ -72,3 +72,9 @@ fi
 for f in "$@"; do
   cp "$f" "$out/"
 done
+# The versions this payload was built with (the environment may have named
+# others than the file), as /payload/versions.env for the tests that check
+# what runs (e2e/k8s's TestNodeVersions) and demo.sh.
+sed -n 's/^\([A-Z][A-Z0-9_]*\)=.*/\1/p' versions.env | while read -r k; do
+  printf '%s=%s\n' "$k" "${!k}"
+done > "$out/versions.env"

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"helm.sh/helm/v4/pkg/action"
+	"helm.sh/helm/v4/pkg/chart/common"
 	"helm.sh/helm/v4/pkg/chart/loader"
 	release "helm.sh/helm/v4/pkg/release/v1"
 )
@@ -21,6 +22,20 @@ const (
 	ReleaseName = "rdma-netns"
 	Namespace   = "kube-system"
 )
+
+// KubeVersion is the Kubernetes version Render and Lint render for, as
+// `helm template --kube-version` (the chart's kubeVersion is checked
+// against it); "" leaves Helm's default, the release of the client-go it
+// was built with (v1.20 in a test binary, so tests set it).
+var KubeVersion string
+
+// kubeVersion is KubeVersion parsed, nil when unset.
+func kubeVersion() (*common.KubeVersion, error) {
+	if KubeVersion == "" {
+		return nil, nil
+	}
+	return common.ParseKubeVersion(KubeVersion)
+}
 
 // Render renders the chart in dir with vals over its defaults, as
 // `helm template --namespace kube-system rdma-netns DIR` would (the values
@@ -36,7 +51,12 @@ func RenderRelease(dir, name, namespace string, vals map[string]any) (string, er
 	if err != nil {
 		return "", fmt.Errorf("load the chart %s: %w", dir, err)
 	}
+	kv, err := kubeVersion()
+	if err != nil {
+		return "", err
+	}
 	install := action.NewInstall(action.NewConfiguration())
+	install.KubeVersion = kv
 	install.DryRunStrategy = action.DryRunClient
 	install.Replace = true // no release store to check the name against
 	install.ReleaseName = name
@@ -56,9 +76,14 @@ func RenderRelease(dir, name, namespace string, vals map[string]any) (string, er
 // findings of severity warning and above (info, such as a missing icon,
 // is not a finding).
 func Lint(dir string, vals map[string]any) error {
+	kv, err := kubeVersion()
+	if err != nil {
+		return err
+	}
 	lint := action.NewLint()
 	lint.Strict = true
 	lint.Namespace = Namespace
+	lint.KubeVersion = kv
 	res := lint.Run([]string{dir}, vals)
 	if res.TotalChartsLinted != 1 && len(res.Errors) == 0 {
 		return fmt.Errorf("helm lint %s: linted %d charts", dir, res.TotalChartsLinted)

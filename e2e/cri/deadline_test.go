@@ -19,7 +19,7 @@ import (
 const deadline = 5 * time.Second
 
 // kubelet's CRI deadline expires while rdma-netns's ADD runs (a slow NIC):
-// containerd 2.2.1 cancels RunPodSandbox, libcni SIGKILLs the running
+// containerd cancels RunPodSandbox, libcni SIGKILLs the running
 // plugin, and containerd, still inside RunPodSandbox, DELs the whole chain
 // with the netns (no prevResult: the ADD never finished), removes the netns
 // and the sandbox, and then frees the pod's name; kubelet's retry gets

@@ -92,7 +92,7 @@ func TestKilledWithPodsRunning(t *testing.T) {
 // containerd lists the half-made sandbox, and stopping and removing it, as
 // kubelet does with pods it did not ask for, brings the device home.
 //
-// containerd 2.2.1 tears a sandbox's network down only when it stored a CNI
+// containerd tears a sandbox's network down only when it stored a CNI
 // result, which a sandbox whose ADD it never saw finish lacks: it makes no
 // DEL and removes the netns, and the kernel returns the devices (the NIC
 // under a name of the kernel's choosing). rdma-netns's record of that

@@ -88,7 +88,7 @@ func waitEvent(t *testing.T, ns, name string, want ...string) string {
 // hostState is the host's netdevs and RDMA devices, without the host ends
 // of the cluster network's veths (ptp's veth*), which rdma-netns never
 // makes: a failed sandbox's netns, with its veth, outlives the sandbox
-// until Multus's daemon closes the file it opened on it (v4.2.3's
+// until Multus's daemon closes the file it opened on it (its
 // validateIfName never closes it; Go's finalizer does, at a garbage
 // collection, forced every two minutes in an idle daemon).
 func hostState(t *testing.T) (netdevs, rdma []string) {

@@ -3,7 +3,10 @@
 package k8s
 
 import (
+	"bufio"
+	"debug/buildinfo"
 	"os"
+	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -16,21 +19,101 @@ import (
 	"github.com/rdma-netns/rdma-netns/e2e/k8s/node"
 )
 
-// The node registered itself with the versions the README names.
+// payloadVersions are the versions the payload was built with
+// (/payload/versions.env, written by build-payload.sh from versions.env,
+// which README's claims are checked against).
+func payloadVersions(t *testing.T) map[string]string {
+	t.Helper()
+	f, err := os.Open("/payload/versions.env")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	v := map[string]string{}
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		if key, val, ok := strings.Cut(s.Text(), "="); ok {
+			v[key] = val
+		}
+	}
+	for _, key := range []string{"KUBERNETES_VERSION", "CONTAINERD_VERSION", "MULTUS_VERSION", "NRI_VERSION"} {
+		if v[key] == "" {
+			t.Fatalf("/payload/versions.env names no %s", key)
+		}
+	}
+	return v
+}
+
+// The cluster runs the versions versions.env names: the API server and
+// the node's kubelet, containerd, and Multus's shim as its init container
+// installed it.
 func TestNodeVersions(t *testing.T) {
+	want := payloadVersions(t)
 	n, err := cs.CoreV1().Nodes().Get(ctx(t), node.Name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	info := n.Status.NodeInfo
 	t.Logf("kubelet %s, runtime %s, kernel %s", info.KubeletVersion, info.ContainerRuntimeVersion, info.KernelVersion)
-	if info.KubeletVersion != "v1.34.2" {
-		t.Errorf("kubelet version %q, want v1.34.2", info.KubeletVersion)
+	if info.KubeletVersion != want["KUBERNETES_VERSION"] {
+		t.Errorf("kubelet version %q, want %s", info.KubeletVersion, want["KUBERNETES_VERSION"])
 	}
-	// containerd built from its module says 2.2.1+unknown (no git stamp).
+	sv, err := cs.Discovery().ServerVersion()
+	if err != nil {
+		t.Errorf("API server version: %v", err)
+	} else if sv.GitVersion != want["KUBERNETES_VERSION"] {
+		t.Errorf("API server version %q, want %s", sv.GitVersion, want["KUBERNETES_VERSION"])
+	}
+	// containerd built from its module says X.Y.Z+unknown (no git stamp).
 	rt, _, _ := strings.Cut(strings.TrimPrefix(info.ContainerRuntimeVersion, "containerd://"), "+")
-	if strings.TrimPrefix(rt, "v") != "2.2.1" {
-		t.Errorf("runtime version %q, want containerd 2.2.1", info.ContainerRuntimeVersion)
+	if "v"+strings.TrimPrefix(rt, "v") != want["CONTAINERD_VERSION"] {
+		t.Errorf("runtime version %q, want containerd %s", info.ContainerRuntimeVersion, want["CONTAINERD_VERSION"])
+	}
+	// The Go module Multus's programs were built from, as the binary
+	// records it: the main module of `go build MODULE/cmd/multus-shim`.
+	bi, err := buildinfo.ReadFile("/opt/cni/bin/multus-shim")
+	if err != nil {
+		t.Fatalf("the multus-shim Multus's init container installed: %v", err)
+	}
+	var multus string
+	for _, m := range append([]*debug.Module{&bi.Main}, bi.Deps...) {
+		if m.Path == "gopkg.in/k8snetworkplumbingwg/multus-cni.v4" {
+			multus = m.Version
+		}
+	}
+	if multus != want["MULTUS_VERSION"] {
+		t.Errorf("/opt/cni/bin/multus-shim built from Multus %q, want %s", multus, want["MULTUS_VERSION"])
+	}
+}
+
+// containerd registered rdma-netns-nri with the NRI version versions.env
+// names (the stub reports its own, from the binary's build information),
+// and never warned that it uses a deprecated interface: NRI v0.12 has a
+// dedicated RPC per event, and containerd 2.3 and later log "NRI plugin
+// uses a deprecated interface." for a plugin that gets events through the
+// old StateChange. Since containerd's last start (TestContainerdRestart),
+// after which only this build's instances ran (TestHelm's upgrade runs an
+// earlier build), and pods came and went.
+func TestNRIPluginInterface(t *testing.T) {
+	want := payloadVersions(t)["NRI_VERSION"]
+	registered := 0
+	for _, l := range strings.Split(containerdLogSinceStart(t), "\n") {
+		if !strings.Contains(l, "rdma-netns") {
+			continue
+		}
+		if strings.Contains(l, "registered as") {
+			registered++
+			t.Logf("%s", l)
+			if !strings.Contains(l, "(with NRI version "+want+")") {
+				t.Errorf("containerd registered our plugin with another NRI version than %s:\n%s", want, l)
+			}
+		}
+		if strings.Contains(strings.ToLower(l), "deprecated") {
+			t.Errorf("containerd warns of a deprecation for our plugin:\n%s", l)
+		}
+	}
+	if registered == 0 {
+		t.Errorf("containerd's log has no registration of rdma-netns-nri; its NRI lines:\n%s", nriLog(t))
 	}
 }
 

@@ -298,9 +298,8 @@ func checkRecords(t *testing.T, notes []rebootPod) {
 	}
 }
 
-// nriLog is what containerd logged about NRI and its plugins since its
-// last start.
-func nriLog(t *testing.T) string {
+// containerdLogSinceStart is containerd's log since its last start.
+func containerdLogSinceStart(t *testing.T) string {
 	t.Helper()
 	data, err := os.ReadFile(ctd.Opts.Log)
 	if err != nil {
@@ -310,8 +309,15 @@ func nriLog(t *testing.T) string {
 	if i := strings.LastIndex(log, "=== cririg: containerd starting"); i >= 0 {
 		log = log[i:]
 	}
+	return log
+}
+
+// nriLog is what containerd logged about NRI and its plugins since its
+// last start.
+func nriLog(t *testing.T) string {
+	t.Helper()
 	var out []string
-	for _, l := range strings.Split(log, "\n") {
+	for _, l := range strings.Split(containerdLogSinceStart(t), "\n") {
 		if strings.Contains(strings.ToLower(l), "nri") {
 			out = append(out, l)
 		}

@@ -28,7 +28,7 @@ import (
 
 const (
 	namespace = "rdma"
-	// Where Multus v4.2.3 (through the network-attachment-definition
+	// Where Multus (through the network-attachment-definition
 	// client) puts the device-info files it passes to plugins, and where a
 	// device plugin leaves its own.
 	cniDevInfoDir = "/run/k8s.cni.cncf.io/devinfo/cni"

@@ -15,6 +15,8 @@ set -e -o pipefail
 IP=/usr/sbin/ip
 RDMA=/usr/sbin/rdma
 M=/payload/k8s-manifests
+# The versions the payload was built with (build-payload.sh).
+. /payload/versions.env
 
 # Busybox date has no sub-second format; /proc/uptime has centiseconds.
 now() { cut -d' ' -f1 /proc/uptime; }
@@ -58,7 +60,7 @@ $RDMA link show | grep -w eth1 | sed 's/^/   after del, on the host: /'
 took
 unset CNI_PATH NETCONFPATH CNI_IFNAME
 
-printf '\n######## Part 2: Kubernetes (kubelet v1.34.2, containerd 2.2.1, Multus v4.2.3)\n'
+printf '\n######## Part 2: Kubernetes (kubelet %s, containerd %s, Multus %s)\n' "$KUBERNETES_VERSION" "${CONTAINERD_VERSION#v}" "$MULTUS_VERSION"
 step "The node, and rdma-netns installed by conf/daemonset.yaml"
 run kubectl get nodes -o wide
 run kubectl -n kube-system get pods -o wide

@@ -1,28 +1,35 @@
 #!/usr/bin/env bash
 # Build the single-node cluster the Kubernetes e2e tests run (e2e/k8s) from
-# Go modules, cached like the kernel and containerd: kube-apiserver,
-# kube-controller-manager, kube-scheduler, kubelet and kubectl
-# (KUBE_VERSION, module scripts/k8s/kube), etcd (ETCD_VERSION,
-# scripts/k8s/etcd), Multus's thick plugin (MULTUS_VERSION,
-# scripts/k8s/multus: multus-daemon, multus-shim, and install_multus and
-# passthru, which the DaemonSet's init container runs and installs), and
-# the helm CLI (HELM_VERSION, scripts/k8s/helm) the tests install the chart
-# with. Static (CGO_ENABLED=0) and stripped.
+# Go modules, at the versions versions.env names (or the environment:
+# KUBERNETES_VERSION, ETCD_VERSION, MULTUS_VERSION, HELM_VERSION):
+# kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and
+# kubectl (the module under scripts/k8s/kube* that requires
+# k8s.io/kubernetes at KUBERNETES_VERSION), etcd (scripts/k8s/etcd),
+# Multus's thick plugin (scripts/k8s/multus: multus-daemon, multus-shim,
+# and install_multus and passthru, which the DaemonSet's init container
+# runs and installs), and the helm CLI (scripts/k8s/helm) the tests install
+# the chart with. Static (CGO_ENABLED=0) and stripped. A module that
+# requires another version than versions.env names stops the build.
 #
-# The binaries land in ${XDG_CACHE_HOME:-~/.cache}/rdma-netns/k8s/<key>/bin,
-# where <key> names the versions and hashes this script and the three
-# modules' go.mod/go.sum: editing any of them builds afresh, anything else
-# reuses the cache (about a second). A lock of its own (k8s/.lock) serialises
-# builds without holding up the VM cache's lock for the ten minutes a cold
-# build takes.
+# Each component is cached on its own in
+# ${XDG_CACHE_HOME:-~/.cache}/rdma-netns/k8s/<name>-<version>_<hash>, where
+# <hash> covers its module's go.mod/go.sum and how it is built: two
+# Kubernetes versions share one etcd and one Multus, and a new helm rebuilds
+# nothing else. A cached component takes about a second. The set a run
+# uses, k8s/set-<kube>_<etcd>_<multus>/, links them: bin/ (K8S_BIN_DIR) and
+# multus-deployments/. A lock of its own (k8s/.lock) serialises builds
+# without holding up the VM cache's lock for the ten minutes a cold
+# Kubernetes build takes.
 #
 # Usage: build.sh [--print-env]
 #   --print-env  print K8S_BIN_DIR=... on stdout (for eval); logs go to stderr.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+. "$HERE/../versions.sh"
 PRINT_ENV=0
 [ "${1:-}" = --print-env ] && PRINT_ENV=1
 log() { printf '[k8s-build] %s\n' "$*" >&2; }
+die() { log "$*"; exit 1; }
 
 export CGO_ENABLED=0 GOFLAGS=-buildvcs=false GOWORK=off
 # What make e2e-k8s needs on the host: socat (vm-run.sh --k8s-api forwards
@@ -36,78 +43,109 @@ for need in socat:socat mkfs.ext4:e2fsprogs; do
   $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$pkg" >&2 ||
     { $SUDO apt-get update >&2 && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$pkg" >&2; }
 done
-modversion() { (cd "$HERE/$1" && go list -m -f '{{.Version}}' "$2"); }
-KUBE_VERSION=$(modversion kube k8s.io/kubernetes)
-ETCD_VERSION=$(modversion etcd go.etcd.io/etcd/server/v3)
-MULTUS_VERSION=$(modversion multus gopkg.in/k8snetworkplumbingwg/multus-cni.v4)
+modversion() { (cd "$1" && go list -m -f '{{.Version}}' "$2"); }
+# need DIR MODULE VERSION: the module in DIR requires MODULE at VERSION.
+need() {
+  local have
+  have=$(modversion "$1" "$2")
+  [ "$have" = "$3" ] || die "scripts/k8s/$(basename "$1")/go.mod requires $2 $have, versions.env says $3: make them agree (go get $2@$3 there, or edit versions.env)"
+}
+# The Kubernetes module: the one under scripts/k8s/kube* that requires
+# KUBERNETES_VERSION (one per version the suite runs).
+KUBE_MOD=
+for m in "$HERE"/kube*/; do
+  [ "$(modversion "$m" k8s.io/kubernetes)" = "$KUBERNETES_VERSION" ] && KUBE_MOD=${m%/}
+done
+[ -n "$KUBE_MOD" ] || die "no module under scripts/k8s/kube* requires k8s.io/kubernetes $KUBERNETES_VERSION: add one as scripts/k8s/kube is made (its comment says how)"
+need "$HERE/etcd" go.etcd.io/etcd/server/v3 "$ETCD_VERSION"
+need "$HERE/multus" gopkg.in/k8snetworkplumbingwg/multus-cni.v4 "$MULTUS_VERSION"
+need "$HERE/helm" helm.sh/helm/v3 "$HELM_VERSION"
 
-hash=$(cat "${BASH_SOURCE[0]}" "$HERE"/{kube,etcd,multus}/go.{mod,sum} | sha256sum | cut -c1-12)
 CACHE_ROOT="${XDG_CACHE_HOME:-$HOME/.cache}/rdma-netns/k8s"
-DIR="$CACHE_ROOT/kube-${KUBE_VERSION}_etcd-${ETCD_VERSION}_multus-${MULTUS_VERSION}_$hash"
 mkdir -p "$CACHE_ROOT"
 exec 9>"$CACHE_ROOT/.lock"
 flock 9
 
-if [ ! -f "$DIR/.done" ]; then
-  start=$(date +%s)
+# component NAME VERSION MODULE_DIR RECIPE: sets DIR to the cache
+# directory of a component, keyed by its version, its module's
+# go.mod/go.sum and the recipe (how build_NAME builds it); built when
+# missing.
+component() {
+  local name=$1 version=$2 mod=$3 recipe=$4 hash t
+  hash=$( { printf '%s\n' "$recipe"; cat "$mod"/go.{mod,sum}; } | sha256sum | cut -c1-12)
+  DIR="$CACHE_ROOT/$name-${version}_$hash"
+  [ -f "$DIR/.done" ] && return
+  t=$(date +%s)
   rm -rf "$DIR.tmp"
   mkdir -p "$DIR.tmp/bin"
-  out="$DIR.tmp/bin"
-  # The components print the version they were stamped with
-  # (k8s.io/component-base/version); unstamped they say v0.0.0-master.
-  minor=${KUBE_VERSION#v*.}; minor=${minor%%.*}
-  major=${KUBE_VERSION#v}; major=${major%%.*}
-  pkg=k8s.io/component-base/version
-  kldflags="-s -w -X $pkg.gitVersion=$KUBE_VERSION -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean"
-  for cmd in kubelet kube-apiserver kube-controller-manager kube-scheduler kubectl; do
-    t=$(date +%s)
-    (cd "$HERE/kube" && go build -trimpath -ldflags "$kldflags" -o "$out/$cmd" "k8s.io/kubernetes/cmd/$cmd")
-    log "$cmd $KUBE_VERSION built in $(( $(date +%s) - t ))s"
-  done
-  t=$(date +%s)
-  (cd "$HERE/etcd" && go build -trimpath -ldflags "-s -w" -o "$out/etcd" go.etcd.io/etcd/server/v3)
-  log "etcd $ETCD_VERSION built in $(( $(date +%s) - t ))s"
-  t=$(date +%s)
-  # The names Multus's images give them (hack/build-go.sh): its manifest
-  # runs /usr/src/multus-cni/bin/NAME.
-  for cmd in multus-daemon multus-shim install_multus passthru-cni=passthru; do
-    (cd "$HERE/multus" && go build -trimpath -ldflags "-s -w" -o "$out/${cmd#*=}" "gopkg.in/k8snetworkplumbingwg/multus-cni.v4/cmd/${cmd%=*}")
-  done
-  log "multus $MULTUS_VERSION (daemon, shim, install_multus, passthru) built in $(( $(date +%s) - t ))s"
-  # Multus's manifests (the thick DaemonSet, the NAD CRD) as released with it.
-  mdir=$(cd "$HERE/multus" && go list -m -f '{{.Dir}}' gopkg.in/k8snetworkplumbingwg/multus-cni.v4)
-  cp -r "$mdir/deployments" "$DIR.tmp/multus-deployments"
-  chmod -R u+w "$DIR.tmp/multus-deployments"
+  (
+    cd "$mod"
+    "build_$name" "$DIR.tmp"
+  )
   touch "$DIR.tmp/.done"
   rm -rf "$DIR"
   mv "$DIR.tmp" "$DIR"
-  log "built in $(( $(date +%s) - start ))s: $(du -sh "$DIR/bin" | cut -f1) in $DIR/bin"
-fi
-# helm has a key of its own (its version and a hash of its module's
-# go.mod/go.sum), so a new helm does not rebuild the cluster.
-HELM_VERSION=$(modversion helm helm.sh/helm/v3)
-hhash=$(cat "$HERE"/helm/go.{mod,sum} | sha256sum | cut -c1-12)
-HELM_DIR="$CACHE_ROOT/helm-${HELM_VERSION}_$hhash"
-if [ ! -f "$HELM_DIR/.done" ]; then
-  t=$(date +%s)
-  rm -rf "$HELM_DIR.tmp"
-  mkdir -p "$HELM_DIR.tmp/bin"
-  # helm stamps its version through helm.sh/helm/v3/internal/version.
-  (cd "$HERE/helm" && go build -trimpath \
-    -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION -X helm.sh/helm/v3/internal/version.gitTreeState=clean" \
-    -o "$HELM_DIR.tmp/bin/helm" helm.sh/helm/v3/cmd/helm)
-  touch "$HELM_DIR.tmp/.done"
-  rm -rf "$HELM_DIR"
-  mv "$HELM_DIR.tmp" "$HELM_DIR"
-  log "helm $HELM_VERSION built in $(( $(date +%s) - t ))s: $(du -sh "$HELM_DIR/bin/helm" | cut -f1)"
-fi
-# Older keys' builds are left to the user (rm -rf the k8s directory), as
-# vm-prepare.sh leaves older kernels.
+  log "$name $version built in $(( $(date +%s) - t ))s: $(du -sh "$DIR/bin" | cut -f1) in $DIR/bin"
+}
+
+# The components print the version they were stamped with
+# (k8s.io/component-base/version); unstamped they say v0.0.0-master.
+minor=${KUBERNETES_VERSION#v*.}; minor=${minor%%.*}
+major=${KUBERNETES_VERSION#v}; major=${major%%.*}
+pkg=k8s.io/component-base/version
+KUBE_LDFLAGS="-s -w -X $pkg.gitVersion=$KUBERNETES_VERSION -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean"
+KUBE_CMDS="kubelet kube-apiserver kube-controller-manager kube-scheduler kubectl"
+build_kube() {
+  local cmd t
+  for cmd in $KUBE_CMDS; do
+    t=$(date +%s)
+    go build -trimpath -ldflags "$KUBE_LDFLAGS" -o "$1/bin/$cmd" "k8s.io/kubernetes/cmd/$cmd"
+    log "$cmd $KUBERNETES_VERSION built in $(( $(date +%s) - t ))s"
+  done
+}
+build_etcd() {
+  go build -trimpath -ldflags "-s -w" -o "$1/bin/etcd" go.etcd.io/etcd/server/v3
+}
+# The names Multus's images give them (hack/build-go.sh): its manifest
+# runs /usr/src/multus-cni/bin/NAME. Stamped as its release is
+# (pkg/multus.version), so the daemon's log names its version.
+MULTUS_CMDS="multus-daemon multus-shim install_multus passthru-cni=passthru"
+MULTUS_LDFLAGS="-s -w -X gopkg.in/k8snetworkplumbingwg/multus-cni.v4/pkg/multus.version=$MULTUS_VERSION"
+build_multus() {
+  local cmd mdir
+  for cmd in $MULTUS_CMDS; do
+    go build -trimpath -ldflags "$MULTUS_LDFLAGS" -o "$1/bin/${cmd#*=}" "gopkg.in/k8snetworkplumbingwg/multus-cni.v4/cmd/${cmd%=*}"
+  done
+  # Multus's manifests (the thick DaemonSet, the NAD CRD) as released with it.
+  mdir=$(go list -m -f '{{.Dir}}' gopkg.in/k8snetworkplumbingwg/multus-cni.v4)
+  cp -r "$mdir/deployments" "$1/multus-deployments"
+  chmod -R u+w "$1/multus-deployments"
+}
+# helm stamps its version through helm.sh/helm/v3/internal/version.
+HELM_LDFLAGS="-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
+build_helm() {
+  go build -trimpath -ldflags "$HELM_LDFLAGS" -o "$1/bin/helm" helm.sh/helm/v3/cmd/helm
+}
+
+component kube "$KUBERNETES_VERSION" "$KUBE_MOD" "$KUBE_LDFLAGS $KUBE_CMDS"; kube=$DIR
+component etcd "$ETCD_VERSION" "$HERE/etcd" "-s -w"; etcd=$DIR
+component multus "$MULTUS_VERSION" "$HERE/multus" "$MULTUS_LDFLAGS $MULTUS_CMDS"; multus=$DIR
+component helm "$HELM_VERSION" "$HERE/helm" "$HELM_LDFLAGS"; helm=$DIR
+# The set a run uses: links, remade each time (cheap).
+SET="$CACHE_ROOT/set-$(basename "$kube")_$(basename "$etcd")_$(basename "$multus")"
+rm -rf "$SET.tmp"
+mkdir -p "$SET.tmp/bin"
+ln -s "$kube"/bin/* "$etcd"/bin/* "$multus"/bin/* "$SET.tmp/bin/"
+ln -s "$multus/multus-deployments" "$SET.tmp/multus-deployments"
+rm -rf "$SET"
+mv "$SET.tmp" "$SET"
+# Older versions' builds are left to the user (rm -rf the k8s directory),
+# as vm-prepare.sh leaves older kernels.
 if [ "$PRINT_ENV" = 1 ]; then
-  printf 'K8S_BIN_DIR=%q\n' "$DIR/bin"
-  printf 'K8S_MULTUS_DEPLOYMENTS=%q\n' "$DIR/multus-deployments"
-  printf 'K8S_VERSION=%q\n' "$KUBE_VERSION"
-  printf 'K8S_HELM=%q\n' "$HELM_DIR/bin/helm"
+  printf 'K8S_BIN_DIR=%q\n' "$SET/bin"
+  printf 'K8S_MULTUS_DEPLOYMENTS=%q\n' "$SET/multus-deployments"
+  printf 'K8S_VERSION=%q\n' "$KUBERNETES_VERSION"
+  printf 'K8S_HELM=%q\n' "$helm/bin/helm"
 else
-  log "$DIR/bin"
+  log "$SET/bin"
 fi

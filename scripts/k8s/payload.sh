@@ -26,6 +26,7 @@ out=${2:?usage: payload.sh BASE_PAYLOAD OUTDIR K8S_BIN_DIR}
 bins=${3:?usage: payload.sh BASE_PAYLOAD OUTDIR K8S_BIN_DIR IMAGE_LAYOUT}
 layout=${4:?usage: payload.sh BASE_PAYLOAD OUTDIR K8S_BIN_DIR IMAGE_LAYOUT}
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+. "$top/scripts/versions.sh"
 export CGO_ENABLED=0
 rm -rf "$out"
 mkdir -p "$(dirname "$out")"
@@ -39,12 +40,10 @@ for f in e2e.test multus.test cri.test nri.test rdma-netns-bench rdma-netns-stre
 done
 rm -f "$out/cni/rdma-netns"
 cp "$bins/kubelet" "$out/bin/kubelet"
-# The pods' cluster network (ptp, host-local), at the plugins version
-# go.mod requires.
-plugins=$(cd "$top" && go list -m -f '{{.Version}}' github.com/containernetworking/plugins)
+# The pods' cluster network (ptp, host-local), at CNI_PLUGINS_VERSION.
 GOBIN="$out/cni" go install \
-  "github.com/containernetworking/plugins/plugins/main/ptp@$plugins" \
-  "github.com/containernetworking/plugins/plugins/ipam/host-local@$plugins"
+  "github.com/containernetworking/plugins/plugins/main/ptp@$CNI_PLUGINS_VERSION" \
+  "github.com/containernetworking/plugins/plugins/ipam/host-local@$CNI_PLUGINS_VERSION"
 mkdir -p "$out/k8s-manifests"
 for o in "$top"/e2e/k8s/overlays/*/; do
   [ "$(basename "$o")" = multus ] && continue
@@ -75,7 +74,7 @@ for b in ${multus_bins//,/ }; do cp "$bins/$b" "$tmp/bin/linux_amd64/"; done
 echo 'root:x:0:0:root:/root:/sbin/nologin' > "$tmp/passwd"
 go -C "$top/build/image" run . build -bin-dir "$tmp/bin" -bins "$multus_bins" -platforms linux/amd64 \
   -dir /usr/src/multus-cni/bin -symlinks /var/run=../run -files /etc/passwd="$tmp/passwd" \
-  -tag rdma-netns.test/multus-cni:v4.2.3-thick -out "$tmp/layout" >&2
+  -tag rdma-netns.test/multus-cni:thick -out "$tmp/layout" >&2
 tar -C "$tmp/layout" -cf "$out/k8s-manifests/multus-image.tar" .
 printf '[payload] %s\n' "Kubernetes e2e test binary (e2e/k8s, stripped)" >&2
 (cd "$top/e2e/k8s" && go test -c -tags e2e -ldflags '-s -w' -o "$out/bin/k8s.test" .)

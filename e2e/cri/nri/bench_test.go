@@ -62,7 +62,11 @@ func TestBenchCreateContainer(t *testing.T) {
 	handler := handlerTimes(nririg.PluginLog.Since(logStart))
 	mw, mo := median(with), median(without)
 	var b strings.Builder
-	fmt.Fprintf(&b, "CreateContainer+StartContainer of an unprivileged container in a pod holding its RDMA device (containerd 2.2.1, qemu TCG)\n")
+	runtime := "containerd"
+	if v, err := ctd.Runtime.Version(context.Background(), &runtimeapi.VersionRequest{}); err == nil {
+		runtime += " " + v.GetRuntimeVersion()
+	}
+	fmt.Fprintf(&b, "CreateContainer+StartContainer of an unprivileged container in a pod holding its RDMA device (%s, qemu TCG)\n", runtime)
 	fmt.Fprintf(&b, "%d blocks of %d containers, alternating with and without rdma-netns-nri\n", 2**benchBlocks, *benchRounds)
 	fmt.Fprintf(&b, "%-36s %9s %9s %9s\n", "", "median", "p25", "p75")
 	fmt.Fprintf(&b, "%-36s %9s %9s %9s\n", "without the plugin", ms(mo), ms(pct(without, 25)), ms(pct(without, 75)))

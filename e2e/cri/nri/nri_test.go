@@ -1,6 +1,6 @@
 //go:build e2e
 
-// Package nri_test runs rdma-netns-nri under containerd 2.2.1 (NRI on its
+// Package nri_test runs rdma-netns-nri under containerd (NRI on its
 // default socket) in the test VM, with pods created over CRI as kubelet
 // does: the unprivileged pod of conf/pod-nccl.yaml gets what verbs needs
 // from the plugin alone.
