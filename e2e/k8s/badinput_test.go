@@ -17,23 +17,49 @@ import (
 
 // nad is a NetworkAttachmentDefinition in namespace ns whose chain is
 // host-device on netdev (static address addr) then rdma-netns with the
-// given extra settings.
-func nad(t *testing.T, ns, name, netdev, addr, rdmaExtra string) {
+// given extra settings. Options change it as an operator's NAD would.
+func nad(t *testing.T, ns, name, netdev, addr, rdmaExtra string, opts ...nadOption) {
 	t.Helper()
+	var spec nadSpec
+	for _, o := range opts {
+		o(&spec)
+	}
+	device := fmt.Sprintf(`"device": %q, `, netdev)
+	if netdev == "" {
+		device = "" // the NIC comes from the device plugin's allocation (pciBusID)
+	}
 	conf := fmt.Sprintf(`{"cniVersion": "1.1.0", "name": %q, "plugins": [
-  {"type": "host-device", "device": %q, "ipam": {"type": "static", "addresses": [{"address": %q}]}},
-  {"type": "rdma-netns"%s}]}`, name, netdev, addr, rdmaExtra)
+  {"type": "host-device", %s"ipam": {"type": "static", "addresses": [{"address": %q}]}},
+  {"type": "rdma-netns"%s}]}`, name, device, addr, rdmaExtra)
+	var annotations string
+	if spec.resource != "" {
+		annotations = fmt.Sprintf("  annotations:\n    k8s.v1.cni.cncf.io/resourceName: %s\n", spec.resource)
+	}
 	manifest := fmt.Sprintf(`apiVersion: k8s.cni.cncf.io/v1
 kind: NetworkAttachmentDefinition
 metadata:
   name: %s
   namespace: %s
-spec:
+%sspec:
   config: %q
-`, name, ns, conf)
+`, name, ns, annotations, conf)
 	if err := apply(ctx(t), []byte(manifest)); err != nil {
 		t.Fatalf("NAD %s: %v", name, err)
 	}
+}
+
+// nadSpec is what nadOptions change in a NAD.
+type nadSpec struct {
+	resource string
+}
+
+type nadOption func(*nadSpec)
+
+// byResource makes the NAD's NIC the one a device plugin allocates the pod
+// from resource (its resourceName annotation): Multus hands its PCI
+// address to every plugin of the chain as deviceID and pciBusID.
+func byResource(resource string) nadOption {
+	return func(s *nadSpec) { s.resource = resource }
 }
 
 // toolsPod is an unprivileged pod of the tools image in namespace ns, its

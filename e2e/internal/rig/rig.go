@@ -414,7 +414,22 @@ func RestoreNetdevNames(nics []NIC) error {
 // NICsIn lists the NICs whose netdev is in the netns at nsPath, under
 // whatever name it has there.
 func NICsIn(nics []NIC, nsPath string) ([]NIC, error) {
+	byName, err := NICsByNameIn(nics, nsPath)
 	var in []NIC
+	for _, n := range nics {
+		for _, m := range byName {
+			if m == n {
+				in = append(in, n)
+			}
+		}
+	}
+	return in, err
+}
+
+// NICsByNameIn maps the name each NIC's netdev has in the netns at nsPath
+// (net1, net2 in a pod) to the NIC.
+func NICsByNameIn(nics []NIC, nsPath string) (map[string]NIC, error) {
+	in := map[string]NIC{}
 	err := within(nsPath, func() error {
 		links, err := linkList()
 		if err != nil {
@@ -423,7 +438,7 @@ func NICsIn(nics []NIC, nsPath string) ([]NIC, error) {
 		for _, n := range nics {
 			for _, l := range links {
 				if a := l.Attrs(); a.ParentDev == n.Parent && a.ParentDevBus == n.ParentBus {
-					in = append(in, n)
+					in[a.Name] = n
 				}
 			}
 		}
