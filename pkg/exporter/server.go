@@ -30,7 +30,8 @@ const usage = `Usage: rdma-netns-exporter [--listen ADDR] [--state-dir DIR] [--s
 Serves the RDMA counters of every RDMA device on the node, in the host
 network namespace or in a pod's, at http://ADDR/metrics (Prometheus
 exposition format), labelled with the pod that holds the device;
-/healthz answers "ok". Counters are read when scraped. Run as root on the
+/healthz answers "ok". Counters are read when scraped; scrapes arriving
+during a collection, or within --cache-max-age after it, share it. Run as root on the
 node, in the host's network and PID namespaces (it enters pod network
 namespaces through /proc/PID/ns/net and /run/netns).
 
@@ -45,6 +46,7 @@ func Main(args []string, stderr io.Writer) int {
 	listen := fl.String("listen", DefaultListen, "`ADDR` to serve /metrics and /healthz on")
 	stateDir := fl.String("state-dir", state.DefaultDir, "rdma-netns state `DIR` (the plugin's stateDir), read only")
 	sysfs := fl.String("sysfs", "/sys", "sysfs `ROOT` of the host")
+	maxAge := fl.Duration("cache-max-age", DefaultMaxAge, "serve a collection to the scrapes arriving within `AGE` after it (0: only to those arriving while it runs); scrapes during a collection always share it")
 	fl.Usage = func() {
 		fmt.Fprint(stderr, usage)
 		fl.PrintDefaults()
@@ -56,6 +58,10 @@ func Main(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "rdma-netns-exporter: --state-dir %q must be an absolute path\n", *stateDir)
 		return 2
 	}
+	if *maxAge < 0 {
+		fmt.Fprintf(stderr, "rdma-netns-exporter: --cache-max-age %v is negative (0 shares only the collection in progress)\n", *maxAge)
+		return 2
+	}
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
 		fmt.Fprintf(stderr, "rdma-netns-exporter: %v (choose another address with --listen)\n", err)
@@ -64,7 +70,9 @@ func Main(args []string, stderr io.Writer) int {
 	fmt.Fprintf(stderr, "rdma-netns-exporter: serving /metrics on %s\n", ln.Addr())
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if err := Serve(ctx, ln, NewCollector(RealInventory(*stateDir), NodeReader{SysfsRoot: *sysfs, Views: &nssysfs.Views{}})); err != nil {
+	c := NewCollector(RealInventory(*stateDir), NodeReader{SysfsRoot: *sysfs, Views: &nssysfs.Views{}})
+	c.MaxAge = *maxAge
+	if err := Serve(ctx, ln, c); err != nil {
 		fmt.Fprintf(stderr, "rdma-netns-exporter: %v\n", err)
 		return 1
 	}
