@@ -102,7 +102,7 @@ func TestBurstOfScrapesCostsFewCollections(t *testing.T) {
 	c := NewCollector(inv, r)
 	clock := &fakeClock{t: time.Unix(1e9, 0)}
 	c.now = clock.now
-	srv := httptest.NewServer(Handler(c))
+	srv := httptest.NewServer(Handler(c, nil))
 	defer srv.Close()
 
 	const bursts, perBurst = 4, 50
@@ -152,7 +152,7 @@ func TestSlowCollectionDoesNotSerializeScrapes(t *testing.T) {
 	}
 	c := NewCollector(nodeWith(nil), r)
 	c.MaxAge = 0 // no result outlives its collection: only sharing is left
-	srv := httptest.NewServer(Handler(c))
+	srv := httptest.NewServer(Handler(c, nil))
 	defer srv.Close()
 
 	const scrapes = 8 // promhttp's MaxRequestsInFlight in Handler

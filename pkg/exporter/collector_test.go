@@ -100,7 +100,7 @@ func rxeStats(name, netdev string, sent, rcvd uint64) DeviceStats {
 // exposition format.
 func scrape(t *testing.T, c *Collector) map[string]*dto.MetricFamily {
 	t.Helper()
-	srv := httptest.NewServer(Handler(c))
+	srv := httptest.NewServer(Handler(c, nil))
 	defer srv.Close()
 	resp, err := http.Get(srv.URL + "/metrics")
 	if err != nil {
@@ -291,7 +291,7 @@ func TestConcurrentScrapesReadEachNetnsOnce(t *testing.T) {
 		paths = append(paths, nsPath)
 	}
 	c := NewCollector(nodeWith(paths), r)
-	srv := httptest.NewServer(Handler(c))
+	srv := httptest.NewServer(Handler(c, nil))
 	defer srv.Close()
 
 	const scrapes = 8
@@ -339,7 +339,7 @@ func TestConcurrentScrapesReadEachNetnsOnce(t *testing.T) {
 }
 
 func TestHealthz(t *testing.T) {
-	srv := httptest.NewServer(Handler(NewCollector(nodeWith(nil), &fakeReader{})))
+	srv := httptest.NewServer(Handler(NewCollector(nodeWith(nil), &fakeReader{}), nil))
 	defer srv.Close()
 	resp, err := http.Get(srv.URL + "/healthz")
 	if err != nil {
