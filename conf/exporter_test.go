@@ -301,12 +301,14 @@ func TestChartExporterAuth(t *testing.T) {
 }
 
 // metricsReaders are bound to the metrics-reader role; a tlsSecret is
-// served and the ServiceMonitor verifies it with the tlsConfig given.
+// served and the ServiceMonitor verifies it with the tlsConfig given, and
+// sends the authorization given instead of Prometheus's token file.
 func TestChartExporterReadersAndCertificate(t *testing.T) {
 	ds, objs := render(t, values("exporter.serviceMonitor.enabled", true,
 		"exporter.auth.metricsReaders", []any{map[string]any{"name": "prometheus-k8s", "namespace": "monitoring"}},
 		"exporter.auth.tlsSecret", "exporter-tls", "exporter.auth.cacheTTL", "30s", "exporter.cacheMaxAge", "5s",
-		"exporter.serviceMonitor.tlsConfig", map[string]any{"serverName": "rdma-netns-exporter", "ca": map[string]any{"secret": map[string]any{"name": "exporter-tls", "key": "ca.crt"}}}))
+		"exporter.serviceMonitor.tlsConfig", map[string]any{"serverName": "rdma-netns-exporter", "ca": map[string]any{"secret": map[string]any{"name": "exporter-tls", "key": "ca.crt"}}},
+		"exporter.serviceMonitor.authorization", map[string]any{"type": "Bearer", "credentials": map[string]any{"name": "prometheus-token", "key": "token"}}))
 	var r rbac
 	var sm *serviceMonitor
 	for _, o := range objs {
@@ -330,6 +332,9 @@ func TestChartExporterReadersAndCertificate(t *testing.T) {
 	ep := sm.Spec.Endpoints[0]
 	if ep.Scheme != "https" || ep.TLSConfig["insecureSkipVerify"] != nil || ep.TLSConfig["serverName"] != "rdma-netns-exporter" {
 		t.Errorf("ServiceMonitor tlsConfig %v, want the one given, not insecureSkipVerify", ep.TLSConfig)
+	}
+	if ep.BearerTokenFile != "" || ep.Authorization["type"] != "Bearer" {
+		t.Errorf("ServiceMonitor bearerTokenFile %q, authorization %v: want the authorization given instead", ep.BearerTokenFile, ep.Authorization)
 	}
 }
 

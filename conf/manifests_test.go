@@ -66,6 +66,7 @@ type serviceMonitor struct {
 			Scheme          string         `json:"scheme,omitempty"`
 			TLSConfig       map[string]any `json:"tlsConfig,omitempty"`
 			BearerTokenFile string         `json:"bearerTokenFile,omitempty"`
+			Authorization   map[string]any `json:"authorization,omitempty"`
 			Relabelings     []struct {
 				SourceLabels []string `json:"sourceLabels,omitempty"`
 				TargetLabel  string   `json:"targetLabel,omitempty"`
