@@ -171,15 +171,15 @@ func TestUnknownCommand(t *testing.T) {
 }
 
 // The CNI binary, executed at every pod start, links only what the CNI
-// path needs: the exporter's client_golang and the NRI plugin's stub,
-// ttrpc and protobuf live in their own binaries.
+// path needs: the exporter's client_golang and API server reviews, and
+// the NRI plugin's stub, ttrpc and protobuf live in their own binaries.
 func TestBinaryLinksOnlyTheCNIPath(t *testing.T) {
 	out, err := exec.Command("go", "list", "-deps", ".").Output()
 	if err != nil {
 		t.Fatalf("go list -deps: %v", err)
 	}
 	for _, pkg := range strings.Fields(string(out)) {
-		for _, banned := range []string{"github.com/containerd/", "github.com/prometheus/", "google.golang.org/", "github.com/tetratelabs/", "github.com/sirupsen/", "/pkg/nriplugin", "/pkg/podadjust", "/pkg/exporter", "k8s.io/", "helm.sh/"} {
+		for _, banned := range []string{"github.com/containerd/", "github.com/prometheus/", "google.golang.org/", "github.com/tetratelabs/", "github.com/sirupsen/", "/pkg/nriplugin", "/pkg/podadjust", "/pkg/exporter", "/pkg/kubeauth", "k8s.io/", "helm.sh/"} {
 			if strings.Contains(pkg, banned) {
 				t.Errorf("the CNI binary links %s", pkg)
 			}

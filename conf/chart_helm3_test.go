@@ -91,3 +91,43 @@ func TestChartUpgradeReusesNullShmCap(t *testing.T) {
 		t.Errorf("upgraded manifest: want image tag new and no --max-shm-size:\n%s", rel.Manifest)
 	}
 }
+
+// An install for an image older than the exporter's --auth (auth.enabled
+// and cacheMaxAge null, as e2e-k8s's upgrade test installs) serves plain
+// HTTP without RBAC; helm 3's upgrade --reuse-values to this build, which
+// sets auth.enabled again, adds the ServiceAccount, its RBAC and --auth
+// kubernetes.
+func TestChartUpgradeTurnsExporterAuthOn(t *testing.T) {
+	ch, err := loader.Load(helmchart.ChartDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := chartutil.ParseKubeVersion(helmchart.KubeVersion)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caps := *chartutil.DefaultCapabilities
+	caps.KubeVersion = *kv
+	cfg := &action.Configuration{Releases: storage.Init(driver.NewMemory()), KubeClient: &kubefake.PrintingKubeClient{Out: io.Discard},
+		Capabilities: &caps, Log: func(string, ...any) {}}
+	install := action.NewInstall(cfg)
+	install.ReleaseName, install.Namespace = helmchart.ReleaseName, helmchart.Namespace
+	rel, err := install.Run(ch, values("image.tag", "old", "exporter.auth.enabled", nil, "exporter.cacheMaxAge", nil))
+	if err != nil {
+		t.Fatalf("install: %v", err)
+	}
+	if strings.Contains(rel.Manifest, "- --auth") || strings.Contains(rel.Manifest, "- --cache-max-age") || strings.Contains(rel.Manifest, "kind: ServiceAccount") {
+		t.Errorf("install for an older image: want no --auth, --cache-max-age or ServiceAccount:\n%s", rel.Manifest)
+	}
+	upgrade := action.NewUpgrade(cfg)
+	upgrade.Namespace, upgrade.ReuseValues = helmchart.Namespace, true
+	rel, err = upgrade.Run(helmchart.ReleaseName, ch, values("image.tag", "new", "exporter.auth.enabled", true, "exporter.cacheMaxAge", "2s"))
+	if err != nil {
+		t.Fatalf("upgrade --reuse-values: %v", err)
+	}
+	for _, want := range []string{"rdma-netns:new", "- --auth\n            - kubernetes\n", "- --cache-max-age\n            - 2s\n", "kind: ServiceAccount", "kind: ClusterRoleBinding"} {
+		if !strings.Contains(rel.Manifest, want) {
+			t.Errorf("upgraded manifest lacks %q:\n%s", want, rel.Manifest)
+		}
+	}
+}

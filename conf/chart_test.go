@@ -11,6 +11,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 
 	"github.com/rdma-netns/rdma-netns/conf/helmchart"
 )
@@ -62,6 +63,11 @@ var valueSets = []struct {
 	{"exporter and nri off", values("exporter.enabled", false, "nri.enabled", false)},
 	{"nri not preinstalled", values("nri.preinstalled", false)},
 	{"servicemonitor", values("exporter.serviceMonitor.enabled", true, "exporter.port", 9800, "exporter.serviceMonitor.labels", map[string]any{"release": "kube-prometheus-stack"})},
+	{"exporter auth off", values("exporter.auth.enabled", false, "exporter.serviceMonitor.enabled", true, "exporter.cacheMaxAge", "0")},
+	{"exporter certificate and readers", values("exporter.serviceMonitor.enabled", true, "exporter.auth.tlsSecret", "exporter-tls",
+		"exporter.auth.metricsReaders", []any{map[string]any{"name": "prometheus-k8s", "namespace": "monitoring"}},
+		"exporter.serviceMonitor.tlsConfig", map[string]any{"serverName": "rdma-netns-exporter"})},
+	{"exporter image older than --auth", values("exporter.auth.enabled", nil, "exporter.cacheMaxAge", nil)},
 	{"openshift", values("cniBinDir", "/var/lib/cni/bin")},
 	{"cri-o", values("nri.sandboxRoot", "/run/containers/storage/overlay-containers")},
 	{"nri settings", values("nri.memlock", "64Gi", "nri.shmSize", "16Gi", "nri.maxShmSize", "64Gi", "nri.logLevel", "debug", "nri.index", 20)},
@@ -214,12 +220,12 @@ func volume(spec corev1.PodSpec, name string) *corev1.Volume {
 }
 
 // The defaults: an installer, the exporter and the NRI plugin, the plugin
-// pre-installed into the runtime, in the release's namespace, no
-// ServiceMonitor.
+// pre-installed into the runtime, in the release's namespace, the
+// exporter's ServiceAccount and RBAC (exporter_test.go), no ServiceMonitor.
 func TestChartDefaults(t *testing.T) {
 	ds, objs := render(t, nil)
-	if !slices.Equal(kindsOf(objs), []string{"DaemonSet"}) {
-		t.Fatalf("objects %v, want only the DaemonSet", kindsOf(objs))
+	if want := []string{"ServiceAccount", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "DaemonSet"}; !slices.Equal(kindsOf(objs), want) {
+		t.Fatalf("objects %v, want %v", kindsOf(objs), want)
 	}
 	spec := ds.Spec.Template.Spec
 	if ds.Namespace != "kube-system" || ds.Name != "rdma-netns" {
@@ -513,9 +519,23 @@ func TestChartReleaseNamespace(t *testing.T) {
 			if obj.Namespace != "rdma-system" || !slices.Equal(obj.Spec.NamespaceSelector.MatchNames, []string{"rdma-system"}) {
 				t.Errorf("ServiceMonitor in %s watching %v", obj.Namespace, obj.Spec.NamespaceSelector.MatchNames)
 			}
+		case *corev1.ServiceAccount:
+			if obj.Namespace != "rdma-system" || obj.Name != "rdma-rdma-netns" {
+				t.Errorf("ServiceAccount %s/%s, want rdma-system/rdma-rdma-netns", obj.Namespace, obj.Name)
+			}
+		case *rbacv1.ClusterRole:
+			// Cluster-wide: named after the release, so two releases
+			// do not share one.
+			if !strings.HasPrefix(obj.Name, "rdma-rdma-netns-") {
+				t.Errorf("ClusterRole %s not named after the release", obj.Name)
+			}
+		case *rbacv1.ClusterRoleBinding:
+			if !strings.HasPrefix(obj.Name, "rdma-rdma-netns-") || obj.Subjects[0].Namespace != "rdma-system" {
+				t.Errorf("ClusterRoleBinding %s binds %+v", obj.Name, obj.Subjects)
+			}
 		}
 	}
-	if len(objs) != 3 {
-		t.Errorf("objects %v, want the DaemonSet, Service and ServiceMonitor", kindsOf(objs))
+	if len(objs) != 7 {
+		t.Errorf("objects %v, want the DaemonSet, Service, ServiceMonitor, and the exporter's ServiceAccount, two ClusterRoles and a binding", kindsOf(objs))
 	}
 }

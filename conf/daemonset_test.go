@@ -214,10 +214,19 @@ func loadDaemonSet(t *testing.T) *appsv1.DaemonSet {
 		t.Fatal(err)
 	}
 	objs, err := decodeManifests("daemonset.yaml", data)
-	if err != nil || len(objs) != 1 {
-		t.Fatalf("daemonset.yaml: %d objects, %v", len(objs), err)
+	if err != nil {
+		t.Fatalf("daemonset.yaml: %v", err)
 	}
-	return objs[0].obj.(*appsv1.DaemonSet)
+	var ds []*appsv1.DaemonSet
+	for _, o := range objs {
+		if d, ok := o.obj.(*appsv1.DaemonSet); ok {
+			ds = append(ds, d)
+		}
+	}
+	if len(ds) != 1 {
+		t.Fatalf("daemonset.yaml: %d DaemonSets, want 1", len(ds))
+	}
+	return ds[0]
 }
 
 // Every way the installer could be misconfigured against the binary's

@@ -20,6 +20,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	nodev1 "k8s.io/api/node/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -59,7 +60,14 @@ type serviceMonitor struct {
 			Interval      string `json:"interval,omitempty"`
 			ScrapeTimeout string `json:"scrapeTimeout,omitempty"`
 			HonorLabels   bool   `json:"honorLabels,omitempty"`
-			Relabelings   []struct {
+			// Scheme, TLSConfig and BearerTokenFile: the exporter's HTTPS
+			// and Prometheus's token (tlsConfig is the operator's
+			// SafeTLSConfig, passed through from the chart's values).
+			Scheme          string         `json:"scheme,omitempty"`
+			TLSConfig       map[string]any `json:"tlsConfig,omitempty"`
+			BearerTokenFile string         `json:"bearerTokenFile,omitempty"`
+			Authorization   map[string]any `json:"authorization,omitempty"`
+			Relabelings     []struct {
 				SourceLabels []string `json:"sourceLabels,omitempty"`
 				TargetLabel  string   `json:"targetLabel,omitempty"`
 			} `json:"relabelings,omitempty"`
@@ -82,6 +90,8 @@ var kinds = map[string]struct {
 	"Service":                     {"v1", func() any { return &corev1.Service{} }},
 	"ServiceMonitor":              {"monitoring.coreos.com/v1", func() any { return &serviceMonitor{} }},
 	"RuntimeClass":                {"node.k8s.io/v1", func() any { return &nodev1.RuntimeClass{} }},
+	"ClusterRole":                 {"rbac.authorization.k8s.io/v1", func() any { return &rbacv1.ClusterRole{} }},
+	"ClusterRoleBinding":          {"rbac.authorization.k8s.io/v1", func() any { return &rbacv1.ClusterRoleBinding{} }},
 }
 
 // object is one decoded YAML document.
@@ -315,6 +325,7 @@ func TestManifests(t *testing.T) {
 	var daemonSets []*appsv1.DaemonSet
 	var services []*corev1.Service
 	var monitors []*serviceMonitor
+	var roles rbac
 	wantsDeviceID := map[string]string{} // NAD -> file, for device-info without a resource
 	selectedByID := map[string]bool{}    // networks some pod selects with a deviceID
 	for _, f := range confFiles(t, ".yaml", ".yml") {
@@ -328,6 +339,7 @@ func TestManifests(t *testing.T) {
 			continue
 		}
 		for _, o := range objs {
+			roles.add(o.obj)
 			switch obj := o.obj.(type) {
 			case *appsv1.DaemonSet:
 				if err := checkDaemonSet(obj); err != nil {
@@ -359,6 +371,11 @@ func TestManifests(t *testing.T) {
 					selectedByID[n] = true
 				}
 			}
+		}
+	}
+	for _, ds := range daemonSets {
+		if err := checkRBAC(ds, &roles); err != nil {
+			t.Errorf("DaemonSet %s: %v", ds.Name, err)
 		}
 	}
 	for _, svc := range services {
@@ -421,6 +438,11 @@ func checkDaemonSet(ds *appsv1.DaemonSet) error {
 	}
 	if err := checkInstaller(ds.Spec.Template.Spec, bins); err != nil {
 		return err
+	}
+	if runs(ds.Spec.Template.Spec, "/rdma-netns-exporter") {
+		if err := checkExporter(ds.Spec.Template.Spec); err != nil {
+			return fmt.Errorf("container exporter: %w", err)
+		}
 	}
 	if !runs(ds.Spec.Template.Spec, "/rdma-netns-nri") {
 		return nil // nri.enabled=false: nothing of NRI to check

@@ -22,10 +22,13 @@ import (
 const exporterAddr = "127.0.0.1:9761"
 
 // startExporter runs rdma-netns-exporter on the node, as the DaemonSet's
-// second container does, and waits for /healthz.
+// second container does, and waits for /healthz. There is no cluster here
+// to review tokens (--auth none; e2e/k8s scrapes the DaemonSet's with
+// one), and each scrape must see the node as it is after the step before
+// it (--cache-max-age 0).
 func startExporter(t *testing.T) string {
 	t.Helper()
-	cmd := exec.Command("/usr/local/bin/rdma-netns-exporter", "--listen", exporterAddr, "--state-dir", stateDir)
+	cmd := exec.Command("/usr/local/bin/rdma-netns-exporter", "--listen", exporterAddr, "--state-dir", stateDir, "--auth", "none", "--cache-max-age", "0")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {

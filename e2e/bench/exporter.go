@@ -33,7 +33,9 @@ const benchExporterAddr = "127.0.0.1:9762"
 // the run, which on a shared machine is wider than the difference
 // measured, hits every point alike.
 func exporterScrape(rep *report, nics []rig.NIC) error {
-	cmd := exec.Command("/usr/local/bin/rdma-netns-exporter", "--listen", benchExporterAddr)
+	// Each scrape is measured walking the node: no collection is shared
+	// (--cache-max-age 0), and no API server reviews a token (--auth none).
+	cmd := exec.Command("/usr/local/bin/rdma-netns-exporter", "--listen", benchExporterAddr, "--auth", "none", "--cache-max-age", "0")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {

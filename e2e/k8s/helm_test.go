@@ -6,7 +6,9 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +19,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
 	"github.com/rdma-netns/rdma-netns/e2e/cri/cririg"
 	"github.com/rdma-netns/rdma-netns/e2e/internal/rig"
@@ -120,6 +124,41 @@ func removeApplied(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitNoDSPod(t)
+	removeAppliedRBAC(t)
+}
+
+// removeAppliedRBAC deletes the exporter's ServiceAccount and the
+// ClusterRoles and bindings conf/daemonset.yaml holds: helm refuses to
+// install over objects it does not own.
+func removeAppliedRBAC(t *testing.T) {
+	t.Helper()
+	data, err := os.ReadFile(node.ManifestDir + "/daemonset.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	for {
+		var obj unstructured.Unstructured
+		if err := dec.Decode(&obj.Object); errors.Is(err, io.EOF) {
+			return
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		name := obj.GetName()
+		switch obj.GetKind() {
+		case "ServiceAccount":
+			err = cs.CoreV1().ServiceAccounts(obj.GetNamespace()).Delete(ctx(t), name, metav1.DeleteOptions{})
+		case "ClusterRole":
+			err = cs.RbacV1().ClusterRoles().Delete(ctx(t), name, metav1.DeleteOptions{})
+		case "ClusterRoleBinding":
+			err = cs.RbacV1().ClusterRoleBindings().Delete(ctx(t), name, metav1.DeleteOptions{})
+		default:
+			continue
+		}
+		if err != nil && !apierrors.IsNotFound(err) {
+			t.Fatalf("delete %s %s: %v", obj.GetKind(), name, err)
+		}
+	}
 }
 
 // containersOf maps the pod's containers to whether they are Ready.
@@ -316,8 +355,11 @@ func helmUpgrade(t *testing.T) {
 	binaries[newTag] = installed(t) // the last install was this build's
 	// The earlier build's NRI plugin has no --max-shm-size: the chart
 	// leaves it out when the value is null (the upgrade reuses the values,
-	// and the new build then caps at its default, 16Gi, the chart's).
-	helmInstall(t, oldTag, "nri.maxShmSize=null")
+	// and the new build then caps at its default, 16Gi, the chart's). Its
+	// exporter has neither --auth nor --cache-max-age: null leaves them
+	// out too (plain HTTP, no ServiceAccount), and the upgrade sets them
+	// again (conf's TestChartUpgradeTurnsExporterAuthOn).
+	helmInstall(t, oldTag, "nri.maxShmSize=null", "exporter.auth.enabled=null", "exporter.cacheMaxAge=null")
 	binaries[oldTag] = installed(t)
 	if bytes.Equal(binaries[oldTag], binaries[newTag]) {
 		t.Fatalf("the two builds install the same binary (%s): the upgrade would prove nothing", short(binaries[oldTag]))
@@ -327,7 +369,8 @@ func helmUpgrade(t *testing.T) {
 	defer traffic.stop()
 	watch := watchBinary(t, binaries[oldTag], binaries[newTag])
 	start := time.Now()
-	helm(t, "upgrade", release, chartDir, "-n", dsNamespace, "--reuse-values", "--set", "image.tag="+newTag)
+	helm(t, "upgrade", release, chartDir, "-n", dsNamespace, "--reuse-values", "--set", "image.tag="+newTag,
+		"--set", "exporter.auth.enabled=true", "--set", "exporter.cacheMaxAge=2s")
 	waitDSPod(t, newTag)
 	t.Logf("helm upgrade -> the new DaemonSet pod Ready: %s", time.Since(start).Round(100*time.Millisecond))
 	seen := watch.stop()

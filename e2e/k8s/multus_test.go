@@ -4,8 +4,6 @@ package k8s
 
 import (
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"slices"
 	"strconv"
@@ -122,7 +120,7 @@ func TestNCCLPod(t *testing.T) {
 
 	// The DaemonSet's exporter, scraped on the node, labels the pod's
 	// device with the pod's namespace and name.
-	metrics := scrape(t, "http://127.0.0.1:9761/metrics")
+	metrics := scrape(t)
 	want := fmt.Sprintf(`host_device=%q,namespace=%q,netdev="net1",pod=%q`, dev, ns, name)
 	if !strings.Contains(metrics, want) {
 		t.Errorf("the exporter's /metrics has no series with %s:\n%s\nrecords:\n%s\nrdma-netns ADDs' CNI_ARGS:\n%s",
@@ -131,20 +129,6 @@ func TestNCCLPod(t *testing.T) {
 
 	deletePod(t, ns, name, metav1.DeleteOptions{})
 	waitHome(t, dev)
-}
-
-func scrape(t *testing.T, url string) string {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET %s: %s (%v)", url, resp.Status, err)
-	}
-	return string(body)
 }
 
 func grepLines(text, s string) string {

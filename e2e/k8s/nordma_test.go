@@ -35,7 +35,7 @@ func TestNoRDMA(t *testing.T) {
 	}
 	// The exporter answers a scrape with nothing to report, and says
 	// nothing wrong about it in its log.
-	scrape(t, "http://127.0.0.1:9761/metrics")
+	scrape(t)
 
 	pods, err := cs.CoreV1().Pods(dsNamespace).List(ctx(t), metav1.ListOptions{LabelSelector: dsSelector})
 	if err != nil || len(pods.Items) != 1 {

@@ -13,7 +13,9 @@
 // found with the records that hold them by pkg/inventory's rule, and turns
 // it all into metrics. Nothing polls between scrapes; only each netns's
 // sysfs is kept from one scrape to the next (nssysfs.Views), without
-// keeping the netns alive.
+// keeping the netns alive, and the metrics of the last collection, which
+// scrapes within MaxAge of it are served (a burst of scrapes costs one
+// walk of the node's namespaces, not one each).
 //
 // This package links client_golang; the CNI binary must never import it
 // (every pod start would pay for its package init).
@@ -100,13 +102,42 @@ type Collector struct {
 	// netnsExists tells a netns that vanished mid-scrape (a pod deleted:
 	// normal, skipped quietly) from one that could not be read.
 	netnsExists func(path string) bool
-	// mu serializes scrapes: two Prometheus servers scraping at once read
-	// the node one after the other instead of doubling the threads that
-	// enter namespaces.
-	mu sync.Mutex
+	// MaxAge is how long the metrics of a collection are served to later
+	// scrapes (0: only to the scrapes that arrive while it runs).
+	MaxAge time.Duration
+	// now is the clock MaxAge is measured with.
+	now func() time.Time
+	// mu guards last, the latest collection, running or done. It is never
+	// held while the node is read: a scrape either takes last's metrics or
+	// starts the next collection, and scrapes arriving meanwhile wait for
+	// that one instead of queueing for a walk of their own.
+	mu   sync.Mutex
+	last *collection
+	// collections counts the walks of the node (rdma_exporter_collections_total).
+	collections uint64
+	// joined counts the scrapes that waited for a collection another
+	// scrape started (tests look at it).
+	joined int
 
 	hwCounter, portCounter, portState, physState *prometheus.Desc
 	resources, readErrors, duration, devices     *prometheus.Desc
+	collectionsTotal                             *prometheus.Desc
+}
+
+// DefaultMaxAge is how long a collection is served by default. Two
+// Prometheus servers (an HA pair) scraping every node at the same interval
+// arrive within a second or so of each other: they share one walk of the
+// namespaces. Counters then lag by at most that much, well under any
+// scrape interval, so rate() is unaffected; a longer age would only hide
+// the walk's cost from rdma_exporter_scrape_duration_seconds' readers.
+const DefaultMaxAge = 2 * time.Second
+
+// collection is one walk of the node and the metrics it made; done is
+// closed when metrics are set.
+type collection struct {
+	done     chan struct{}
+	metrics  []prometheus.Metric
+	finished time.Time // zero while it runs (guarded by Collector.mu)
 }
 
 // NewCollector builds a collector reading with reader the devices inv lists.
@@ -115,6 +146,8 @@ func NewCollector(inv Inventory, reader Reader) *Collector {
 		inv:      inv,
 		reader:   reader,
 		parallel: 4,
+		MaxAge:   DefaultMaxAge,
+		now:      time.Now,
 		netnsExists: func(path string) bool {
 			_, err := inventory.Identify(path)
 			return err == nil
@@ -139,13 +172,15 @@ func NewCollector(inv Inventory, reader Reader) *Collector {
 		readErrors: prometheus.NewDesc("rdma_exporter_read_errors",
 			"Network namespaces that exist but could not be read in this scrape, plus 1 when the inventory or the records could not be read; their devices are missing from it (a pod that went away mid-scrape is not an error).", nil, nil),
 		duration: prometheus.NewDesc("rdma_exporter_scrape_duration_seconds",
-			"Time this scrape took to find and read every RDMA device.", nil, nil),
+			"Time the collection this scrape was served from took to find and read every RDMA device.", nil, nil),
+		collectionsTotal: prometheus.NewDesc("rdma_exporter_collections_total",
+			"Walks of the node's network namespaces since the exporter started; scrapes within --cache-max-age of one are served its result.", nil, nil),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.hwCounter, c.portCounter, c.portState, c.physState, c.resources, c.devices, c.readErrors, c.duration} {
+	for _, d := range []*prometheus.Desc{c.hwCounter, c.portCounter, c.portState, c.physState, c.resources, c.devices, c.readErrors, c.duration, c.collectionsTotal} {
 		ch <- d
 	}
 }
@@ -153,8 +188,56 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector. Whatever cannot be read is left
 // out and counted in rdma_exporter_read_errors; a scrape never fails.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	for _, m := range c.latest() {
+		ch <- m // const metrics: safe to hand to every scrape sharing them
+	}
+}
+
+// latest returns the metrics of the last collection if it finished less
+// than MaxAge ago, else waits for the one running, starting it if none
+// is. Scrapes are never serialized behind each other: however many
+// arrive during a collection, they all get its result when it ends.
+func (c *Collector) latest() []prometheus.Metric {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	cur := c.last
+	fresh := cur != nil && (cur.finished.IsZero() || c.now().Sub(cur.finished) < c.MaxAge)
+	if fresh {
+		if cur.finished.IsZero() {
+			c.joined++
+		}
+		c.mu.Unlock()
+		<-cur.done
+		return cur.metrics
+	}
+	cur = &collection{done: make(chan struct{})}
+	c.last = cur
+	c.collections++
+	n := c.collections
+	c.mu.Unlock()
+	c.run(cur, n)
+	return cur.metrics
+}
+
+// run makes cur's metrics and marks it done.
+func (c *Collector) run(cur *collection, n uint64) {
+	ch := make(chan prometheus.Metric, 256)
+	go func() {
+		defer close(ch)
+		c.collect(ch)
+		ch <- prometheus.MustNewConstMetric(c.collectionsTotal, prometheus.CounterValue, float64(n))
+	}()
+	var metrics []prometheus.Metric
+	for m := range ch {
+		metrics = append(metrics, m)
+	}
+	c.mu.Lock()
+	cur.metrics, cur.finished = metrics, c.now()
+	c.mu.Unlock()
+	close(cur.done)
+}
+
+// collect walks the node once and sends what it found.
+func (c *Collector) collect(ch chan<- prometheus.Metric) {
 	start := time.Now()
 	errs, n := 0, 0
 	t, err := c.inv.Targets()

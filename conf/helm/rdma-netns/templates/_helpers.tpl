@@ -64,3 +64,35 @@ same limits whichever instance serves it.
 {{- end -}}
 {{- toJson $cmd -}}
 {{- end -}}
+
+{{/* "true" when /metrics needs a reviewed token (exporter.auth.enabled true; null is an image older than --auth). */}}
+{{- define "rdma-netns.exporterAuth" -}}
+{{- if and (kindIs "bool" .Values.exporter.auth.enabled) .Values.exporter.auth.enabled -}}true{{- end -}}
+{{- end -}}
+
+{{/* "true" when the exporter serves HTTPS: with authentication (a self-signed certificate unless auth.tlsSecret), or with a certificate given. */}}
+{{- define "rdma-netns.exporterTLS" -}}
+{{- if or (include "rdma-netns.exporterAuth" .) .Values.exporter.auth.tlsSecret -}}true{{- end -}}
+{{- end -}}
+
+{{/* Where the exporter container finds the certificate of auth.tlsSecret. */}}
+{{- define "rdma-netns.exporterTLSDir" -}}/etc/rdma-netns-exporter/tls{{- end -}}
+
+{{/* The exporter's command, as a JSON list. */}}
+{{- define "rdma-netns.exporterCommand" -}}
+{{- $e := .Values.exporter -}}
+{{- $cmd := list "/rdma-netns-exporter" "--listen" (printf ":%v" $e.port) "--state-dir" .Values.stateDir -}}
+{{- if not (kindIs "invalid" $e.cacheMaxAge) -}}
+{{- $cmd = concat $cmd (list "--cache-max-age" (toString $e.cacheMaxAge)) -}}
+{{- end -}}
+{{- if include "rdma-netns.exporterAuth" . -}}
+{{- $cmd = concat $cmd (list "--auth" "kubernetes" "--auth-cache-ttl" (toString $e.auth.cacheTTL)) -}}
+{{- else if kindIs "bool" $e.auth.enabled -}}
+{{- $cmd = concat $cmd (list "--auth" "none") -}}
+{{- end -}}
+{{- with $e.auth.tlsSecret -}}
+{{- $dir := include "rdma-netns.exporterTLSDir" $ -}}
+{{- $cmd = concat $cmd (list "--tls-cert-file" (printf "%s/tls.crt" $dir) "--tls-private-key-file" (printf "%s/tls.key" $dir)) -}}
+{{- end -}}
+{{- toJson $cmd -}}
+{{- end -}}
