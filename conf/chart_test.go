@@ -539,3 +539,40 @@ func TestChartReleaseNamespace(t *testing.T) {
 		t.Errorf("objects %v, want the DaemonSet, Service, ServiceMonitor, and the exporter's ServiceAccount, two ClusterRoles and a binding", kindsOf(objs))
 	}
 }
+
+// A DaemonSet whose pod names a ServiceAccount the release does not
+// create never gets a pod ("serviceaccount not found" in its events):
+// with every set of values, the account it names is one it renders.
+func TestChartServiceAccountRendered(t *testing.T) {
+	for _, vs := range valueSets {
+		t.Run(vs.name, func(t *testing.T) {
+			out, err := helmchart.Render(helmchart.ChartDir, vs.vals)
+			if err != nil {
+				t.Fatal(err)
+			}
+			objs, err := decodeManifests("rendered", []byte(out))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ds *appsv1.DaemonSet
+			for _, o := range objs {
+				if d, ok := o.obj.(*appsv1.DaemonSet); ok {
+					ds = d
+				}
+			}
+			if ds == nil {
+				t.Fatal("no DaemonSet rendered")
+			}
+			name := ds.Spec.Template.Spec.ServiceAccountName
+			if name == "" {
+				return
+			}
+			for _, o := range objs {
+				if sa, ok := o.obj.(*corev1.ServiceAccount); ok && sa.Name == name && sa.Namespace == ds.Namespace {
+					return
+				}
+			}
+			t.Errorf("the DaemonSet's pods run as ServiceAccount %s/%s, which the chart does not render", ds.Namespace, name)
+		})
+	}
+}
