@@ -98,7 +98,7 @@ func goMods(t *testing.T) []string {
 
 // The build modules of scripts/k8s build what versions.env names: one
 // module per Kubernetes version the suite runs, requiring it, and etcd,
-// Multus and helm at the file's versions (build.sh stops on a mismatch
+// Multus, helm and runc at the file's versions (build.sh stops on a mismatch
 // too, but only when it runs).
 func TestVersionsBuildModules(t *testing.T) {
 	v := readVersions(t)
@@ -106,11 +106,13 @@ func TestVersionsBuildModules(t *testing.T) {
 		"scripts/k8s/etcd":   "go.etcd.io/etcd/server/v3",
 		"scripts/k8s/multus": "gopkg.in/k8snetworkplumbingwg/multus-cni.v4",
 		"scripts/k8s/helm":   "helm.sh/helm/v3",
+		"scripts/k8s/runc":   "github.com/opencontainers/runc",
 	}
 	keys := map[string]string{
 		"go.etcd.io/etcd/server/v3":                   "ETCD_VERSION",
 		"gopkg.in/k8snetworkplumbingwg/multus-cni.v4": "MULTUS_VERSION",
 		"helm.sh/helm/v3":                             "HELM_VERSION",
+		"github.com/opencontainers/runc":              "RUNC_VERSION",
 	}
 	kubeMods, err := filepath.Glob("scripts/k8s/kube*/go.mod")
 	if err != nil {

@@ -74,7 +74,7 @@ func run(m *testing.M) int {
 	}
 	// containerd's log on the node's disk, as a node's journal keeps it:
 	// after a reboot it still says what happened before.
-	if ctd, err = cririg.Start(cririg.Options{CNIBinDir: bin, Log: "/var/log/containerd.log"}); err != nil {
+	if ctd, err = cririg.Start(cririg.Options{CNIBinDir: bin, Log: "/var/log/containerd.log", Extra: node.ContainerdConfig}); err != nil {
 		return fail("containerd", err)
 	}
 	// containerd, not the value now: a test may restart it.

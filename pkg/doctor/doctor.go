@@ -40,7 +40,10 @@ just PID): the memlock limit and CAP_IPC_LOCK (RDMA memory registration),
 the size of its /dev/shm (NCCL, PyTorch) and the /dev/infiniband nodes it
 can open against those its pod's devices need (the uverbs node the kernel
 names for each, and rdma_cm): the three rdma-netns-nri gives a container,
-with it or the pod setting as the fix of each. With --pid, what
+with it or the pod setting as the fix of each; and whether the process,
+by its uid, groups and capabilities in its user namespace, may open
+those nodes (a hostUsers: false pod gets the node's own, whose mode then
+applies). With --pid, what
 rdma-netns-nri wrote on the process's container: who adjusted it, and
 what it could not give (a bad rdma-netns.io/shm-size).
 

@@ -118,6 +118,11 @@ type Process struct {
 	ShmErr string `json:"shmError,omitempty"`
 	// CharDevices lists /dev/infiniband/* as the process sees it.
 	CharDevices []string `json:"charDevices"`
+	// Nodes are those of CharDevices the doctor could stat, with their
+	// owner and mode; Creds who the process is to the kernel's check of
+	// an open of them.
+	Nodes []DevNode `json:"nodes,omitempty"`
+	Creds Creds     `json:"creds"`
 	// Ignored is set for the sandbox's pause process, whose limits do not
 	// matter.
 	Ignored bool `json:"ignored,omitempty"`
@@ -160,7 +165,7 @@ func (p Proc) InNetns(id inventory.NetnsID) []int {
 }
 
 // Inspect reads one process's limits, capabilities, /dev/shm and RDMA
-// character devices. Unreadable parts are left unknown, not fatal: the
+// character devices, with who may open them. Unreadable parts are left unknown, not fatal: the
 // process may exit while we look.
 func (p Proc) Inspect(pid int) Process {
 	dir := filepath.Join(p.Root, strconv.Itoa(pid))
@@ -171,8 +176,9 @@ func (p Proc) Inspect(pid int) Process {
 	if b, err := os.ReadFile(filepath.Join(dir, "limits")); err == nil {
 		pr.Memlock, pr.MemlockHard, _ = ParseMemlock(string(b))
 	}
-	if b, err := os.ReadFile(filepath.Join(dir, "status")); err == nil {
-		if set, err := ParseCapEff(string(b)); err == nil {
+	status, statusErr := os.ReadFile(filepath.Join(dir, "status"))
+	if statusErr == nil {
+		if set, err := ParseCapEff(string(status)); err == nil {
 			pr.CapKnown = true
 			pr.CapIPCLock = HasCap(set, capIPCLock)
 		}
@@ -191,6 +197,9 @@ func (p Proc) Inspect(pid int) Process {
 		for _, e := range entries {
 			pr.CharDevices = append(pr.CharDevices, e.Name())
 		}
+	}
+	if statusErr == nil {
+		pr.Creds, pr.Nodes = inspectCreds(dir, string(status), pr.CharDevices)
 	}
 	pr.Ignored = pr.Comm == "pause"
 	return pr

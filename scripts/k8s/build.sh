@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # Build the single-node cluster the Kubernetes e2e tests run (e2e/k8s) from
 # Go modules, at the versions versions.env names (or the environment:
-# KUBERNETES_VERSION, ETCD_VERSION, MULTUS_VERSION, HELM_VERSION):
+# KUBERNETES_VERSION, ETCD_VERSION, MULTUS_VERSION, HELM_VERSION,
+# RUNC_VERSION):
 # kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and
 # kubectl (the module under scripts/k8s/kube* that requires
 # k8s.io/kubernetes at KUBERNETES_VERSION), etcd (scripts/k8s/etcd),
 # Multus's thick plugin (scripts/k8s/multus: multus-daemon, multus-shim,
 # and install_multus and passthru, which the DaemonSet's init container
-# runs and installs), and the helm CLI (scripts/k8s/helm) the tests install
-# the chart with. Static (CGO_ENABLED=0) and stripped. A module that
-# requires another version than versions.env names stops the build.
+# runs and installs), the helm CLI (scripts/k8s/helm) the tests install
+# the chart with, and runc (scripts/k8s/runc), the node's runtime handler
+# for user-namespaced pods. Static (CGO_ENABLED=0; runc needs cgo, and is
+# linked statically) and stripped. A module that requires another version
+# than versions.env names stops the build.
 #
 # Each component is cached on its own in
 # ${XDG_CACHE_HOME:-~/.cache}/rdma-netns/k8s/<name>-<version>_<hash>, where
@@ -43,6 +46,14 @@ for need in socat:socat mkfs.ext4:e2fsprogs; do
   $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$pkg" >&2 ||
     { $SUDO apt-get update >&2 && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$pkg" >&2; }
 done
+# runc (scripts/k8s/runc) is built with cgo, static, with seccomp: gcc,
+# pkg-config and libseccomp's static library (libseccomp-dev).
+if ! command -v gcc >/dev/null || ! command -v pkg-config >/dev/null || ! pkg-config --exists libseccomp; then
+  log "installing gcc pkg-config libseccomp-dev (runc's build)"
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends gcc libc6-dev pkg-config libseccomp-dev >&2 ||
+    { $SUDO apt-get update >&2 && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends gcc libc6-dev pkg-config libseccomp-dev >&2; }
+fi
 modversion() { (cd "$1" && go list -m -f '{{.Version}}' "$2"); }
 # need DIR MODULE VERSION: the module in DIR requires MODULE at VERSION.
 need() {
@@ -60,6 +71,7 @@ done
 need "$HERE/etcd" go.etcd.io/etcd/server/v3 "$ETCD_VERSION"
 need "$HERE/multus" gopkg.in/k8snetworkplumbingwg/multus-cni.v4 "$MULTUS_VERSION"
 need "$HERE/helm" helm.sh/helm/v3 "$HELM_VERSION"
+need "$HERE/runc" github.com/opencontainers/runc "$RUNC_VERSION"
 
 CACHE_ROOT="${XDG_CACHE_HOME:-$HOME/.cache}/rdma-netns/k8s"
 mkdir -p "$CACHE_ROOT"
@@ -127,10 +139,22 @@ build_helm() {
   go build -trimpath -ldflags "$HELM_LDFLAGS" -o "$1/bin/helm" helm.sh/helm/v3/cmd/helm
 }
 
+# runc as its Makefile builds it statically (`make static`: seccomp, static
+# PIE, netgo and osusergo, so that it needs no library of the guest's), but
+# without libpathrs, a Rust library Debian does not package: runc then
+# uses its Go implementation of the same safe path resolution. It stamps
+# its version from its VERSION file.
+RUNC_TAGS="seccomp urfave_cli_no_docs netgo osusergo"
+RUNC_LDFLAGS="-s -w -linkmode external -extldflags -static-pie"
+build_runc() {
+  CGO_ENABLED=1 go build -trimpath -buildmode=pie -tags "$RUNC_TAGS" -ldflags "$RUNC_LDFLAGS" -o "$1/bin/runc" github.com/opencontainers/runc
+}
+
 component kube "$KUBERNETES_VERSION" "$KUBE_MOD" "$KUBE_LDFLAGS $KUBE_CMDS"; kube=$DIR
 component etcd "$ETCD_VERSION" "$HERE/etcd" "-s -w"; etcd=$DIR
 component multus "$MULTUS_VERSION" "$HERE/multus" "$MULTUS_LDFLAGS $MULTUS_CMDS"; multus=$DIR
 component helm "$HELM_VERSION" "$HERE/helm" "$HELM_LDFLAGS"; helm=$DIR
+component runc "$RUNC_VERSION" "$HERE/runc" "$RUNC_TAGS $RUNC_LDFLAGS"; runc=$DIR
 # The set a run uses: links, remade each time (cheap).
 SET="$CACHE_ROOT/set-$(basename "$kube")_$(basename "$etcd")_$(basename "$multus")"
 rm -rf "$SET.tmp"
@@ -146,6 +170,7 @@ if [ "$PRINT_ENV" = 1 ]; then
   printf 'K8S_MULTUS_DEPLOYMENTS=%q\n' "$SET/multus-deployments"
   printf 'K8S_VERSION=%q\n' "$KUBERNETES_VERSION"
   printf 'K8S_HELM=%q\n' "$helm/bin/helm"
+  printf 'K8S_RUNC=%q\n' "$runc/bin/runc"
 else
   log "$SET/bin"
 fi

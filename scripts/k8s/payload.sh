@@ -10,7 +10,8 @@
 # (IMAGE_LAYOUT, an OCI layout) as /payload/k8s-manifests/rdma-netns-image.tar
 # for the test to import: nothing is pulled. With them helm (K8S_HELM), the
 # chart conf/helm/rdma-netns and an earlier commit's image
-# (K8S_UPGRADE_LAYOUT) for the upgrade tests. The node's /opt/cni/bin has no
+# (K8S_UPGRADE_LAYOUT) for the upgrade tests, and a newer runc (K8S_RUNC)
+# for user-namespaced pods. The node's /opt/cni/bin has no
 # rdma-netns: the DaemonSet's init container installs it.
 #
 # Multus's thick plugin likewise: its image (build/image, from the binaries
@@ -57,6 +58,11 @@ cp "${K8S_HELM:?K8S_HELM: the helm binary build.sh built}" "$out/bin/helm"
 cp -r "$top/conf/helm/rdma-netns" "$out/k8s-manifests/chart"
 tar -C "${K8S_UPGRADE_LAYOUT:?K8S_UPGRADE_LAYOUT: the image layout image-at.sh built}" \
   -cf "$out/k8s-manifests/rdma-netns-image-upgrade-from.tar" .
+
+# runc for the runtime handler of user-namespaced pods (K8S_RUNC, from
+# build.sh; e2e/k8s/userns_test.go): installed beside Debian's runc, the
+# node's, as /usr/local/bin/runc-userns, which the handler names.
+cp "${K8S_RUNC:?K8S_RUNC: the runc binary build.sh built}" "$out/bin/runc-userns"
 
 # Multus thick: the overlay rendered next to Multus's manifest, and the image.
 tmp=$(mktemp -d)

@@ -43,6 +43,27 @@ const (
 	RDMALabelValue = "true"
 )
 
+// UsernsHandler is the node's runtime handler for user-namespaced pods
+// (hostUsers: false), runc at versions.env's RUNC_VERSION
+// (scripts/k8s/build.sh, in the payload as UsernsRunc). The node's own
+// runc, Debian bookworm's 1.1.5, has no idmapped mounts: containerd then
+// reports, and kubelet refuses, user namespaces for its handlers.
+const (
+	UsernsHandler = "runc-userns"
+	UsernsRunc    = "/usr/local/bin/runc-userns"
+)
+
+// ContainerdConfig is the node's containerd config on top of the suite's
+// (cririg.WriteConfig; its Options.Extra): UsernsHandler, with
+// NoPivotRoot as cririg gives every handler (the guest's root is an
+// initramfs).
+var ContainerdConfig = fmt.Sprintf(`[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.%[1]s]
+  runtime_type = 'io.containerd.runc.v2'
+[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.%[1]s.options]
+  BinaryName = %[2]q
+  NoPivotRoot = true
+`, UsernsHandler, UsernsRunc)
+
 // kubeletConfig is the node's KubeletConfiguration. What the test VM needs
 // on top of a node's defaults:
 //   - cgroupfs, as containerd's runc here (no systemd in the guest);
