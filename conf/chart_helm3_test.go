@@ -116,8 +116,8 @@ func TestChartUpgradeTurnsExporterAuthOn(t *testing.T) {
 	if err != nil {
 		t.Fatalf("install: %v", err)
 	}
-	if strings.Contains(rel.Manifest, "- --auth") || strings.Contains(rel.Manifest, "- --cache-max-age") || strings.Contains(rel.Manifest, "kind: ServiceAccount") {
-		t.Errorf("install for an older image: want no --auth, --cache-max-age or ServiceAccount:\n%s", rel.Manifest)
+	if strings.Contains(rel.Manifest, "- --auth") || strings.Contains(rel.Manifest, "- --cache-max-age") || strings.Contains(rel.Manifest, "kind: ClusterRole") {
+		t.Errorf("install for an older image: want no --auth, --cache-max-age or RBAC:\n%s", rel.Manifest)
 	}
 	upgrade := action.NewUpgrade(cfg)
 	upgrade.Namespace, upgrade.ReuseValues = helmchart.Namespace, true

@@ -34,9 +34,9 @@ func Manifests(dir string) ([]File, error) {
 	// The exporter's ServiceAccount and RBAC come first, so that kubectl
 	// apply creates them before the DaemonSet's pod needs them.
 	docs := Documents(def)
-	ds := append(docs["rbac.yaml"], docs["daemonset.yaml"]...)
-	if len(docs["daemonset.yaml"]) != 1 || len(docs["rbac.yaml"]) == 0 || len(docs) != 2 {
-		return nil, fmt.Errorf("the chart's defaults render %d templates, want daemonset.yaml and rbac.yaml", len(docs))
+	ds := append(append(docs["serviceaccount.yaml"], docs["rbac.yaml"]...), docs["daemonset.yaml"]...)
+	if len(docs["daemonset.yaml"]) != 1 || len(docs["serviceaccount.yaml"]) != 1 || len(docs["rbac.yaml"]) == 0 || len(docs) != 3 {
+		return nil, fmt.Errorf("the chart's defaults render %d templates, want serviceaccount.yaml, rbac.yaml and daemonset.yaml", len(docs))
 	}
 	sm, err := Render(dir, map[string]any{"exporter": map[string]any{"serviceMonitor": map[string]any{"enabled": true}}})
 	if err != nil {
