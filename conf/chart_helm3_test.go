@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"helm.sh/helm/v3/pkg/action"
+	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
 	kubefake "helm.sh/helm/v3/pkg/kube/fake"
@@ -59,11 +60,11 @@ func lintHelm3(dir string, vals map[string]any) error {
 	return errors.Join(res.Errors...)
 }
 
-// An install with nri.maxShmSize null (an image older than the flag, as
-// e2e-k8s's upgrade test installs) upgrades with helm 3's --reuse-values,
-// which hands the null to the schema again, and the new image then runs
-// with the plugin's own cap.
-func TestChartUpgradeReusesNullShmCap(t *testing.T) {
+// helm3Cluster is the chart and a Helm 3 action configuration whose
+// releases live in memory and whose cluster runs versions.env's
+// Kubernetes, for install, upgrade and rollback without an API server.
+func helm3Cluster(t *testing.T) (*chart.Chart, *action.Configuration) {
+	t.Helper()
 	ch, err := loader.Load(helmchart.ChartDir)
 	if err != nil {
 		t.Fatal(err)
@@ -74,8 +75,16 @@ func TestChartUpgradeReusesNullShmCap(t *testing.T) {
 	}
 	caps := *chartutil.DefaultCapabilities
 	caps.KubeVersion = *kv
-	cfg := &action.Configuration{Releases: storage.Init(driver.NewMemory()), KubeClient: &kubefake.PrintingKubeClient{Out: io.Discard},
+	return ch, &action.Configuration{Releases: storage.Init(driver.NewMemory()), KubeClient: &kubefake.PrintingKubeClient{Out: io.Discard},
 		Capabilities: &caps, Log: func(string, ...any) {}}
+}
+
+// An install with nri.maxShmSize null (an image older than the flag, as
+// e2e-k8s's upgrade test installs) upgrades with helm 3's --reuse-values,
+// which hands the null to the schema again, and the new image then runs
+// with the plugin's own cap.
+func TestChartUpgradeReusesNullShmCap(t *testing.T) {
+	ch, cfg := helm3Cluster(t)
 	install := action.NewInstall(cfg)
 	install.ReleaseName, install.Namespace = helmchart.ReleaseName, helmchart.Namespace
 	if _, err := install.Run(ch, values("image.tag", "old", "nri.maxShmSize", nil)); err != nil {
@@ -98,18 +107,7 @@ func TestChartUpgradeReusesNullShmCap(t *testing.T) {
 // sets auth.enabled again, adds the ServiceAccount, its RBAC and --auth
 // kubernetes.
 func TestChartUpgradeTurnsExporterAuthOn(t *testing.T) {
-	ch, err := loader.Load(helmchart.ChartDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kv, err := chartutil.ParseKubeVersion(helmchart.KubeVersion)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caps := *chartutil.DefaultCapabilities
-	caps.KubeVersion = *kv
-	cfg := &action.Configuration{Releases: storage.Init(driver.NewMemory()), KubeClient: &kubefake.PrintingKubeClient{Out: io.Discard},
-		Capabilities: &caps, Log: func(string, ...any) {}}
+	ch, cfg := helm3Cluster(t)
 	install := action.NewInstall(cfg)
 	install.ReleaseName, install.Namespace = helmchart.ReleaseName, helmchart.Namespace
 	rel, err := install.Run(ch, values("image.tag", "old", "exporter.auth.enabled", nil, "exporter.cacheMaxAge", nil))

@@ -15,7 +15,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 
-	"github.com/rdma-netns/rdma-netns/conf/helmchart"
 	"github.com/rdma-netns/rdma-netns/pkg/exporter"
 	"github.com/rdma-netns/rdma-netns/pkg/kubeauth"
 )
@@ -353,19 +352,8 @@ func TestChartExporterAuthOff(t *testing.T) {
 			// Not render: this build's exporter, without --auth, reviews
 			// tokens and would lack its token (only an older image runs
 			// so); checkExporter would rightly refuse it.
-			out, err := helmchart.Render(helmchart.ChartDir, tc.vals)
-			if err != nil {
-				t.Fatal(err)
-			}
-			objs, err := decodeManifests("rendered", []byte(out))
-			if err != nil {
-				t.Fatal(err)
-			}
-			var ds *appsv1.DaemonSet
+			ds, objs := renderObjects(t, tc.vals)
 			for _, o := range objs {
-				if d, ok := o.obj.(*appsv1.DaemonSet); ok {
-					ds = d
-				}
 				if strings.HasPrefix(o.kind, "ClusterRole") {
 					t.Errorf("%s rendered", o.kind)
 				}
