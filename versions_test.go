@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"encoding/json"
 	"io/fs"
 	"os"
@@ -11,30 +10,15 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/rdma-netns/rdma-netns/internal/versions"
 )
 
-// readVersions parses versions.env: KEY=VALUE lines, # comments.
+// readVersions parses versions.env.
 func readVersions(t *testing.T) map[string]string {
 	t.Helper()
-	f, err := os.Open("versions.env")
+	v, err := versions.Read("versions.env")
 	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	v := map[string]string{}
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		line := strings.TrimSpace(s.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		key, val, ok := strings.Cut(line, "=")
-		if !ok || val == "" || strings.ContainsAny(val, " \t\"'$") {
-			t.Fatalf("versions.env: %q is not KEY=VALUE (make includes the file and the scripts source it)", line)
-		}
-		v[key] = val
-	}
-	if err := s.Err(); err != nil {
 		t.Fatal(err)
 	}
 	return v

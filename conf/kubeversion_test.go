@@ -1,13 +1,13 @@
 package conf
 
 import (
-	"bufio"
 	"fmt"
 	"os"
 	"strings"
 	"testing"
 
 	"github.com/rdma-netns/rdma-netns/conf/helmchart"
+	"github.com/rdma-netns/rdma-netns/internal/versions"
 )
 
 // TestMain renders the chart for the Kubernetes the suite's node runs
@@ -25,18 +25,14 @@ func TestMain(m *testing.M) {
 
 // kubernetesVersion is versions.env's KUBERNETES_VERSION.
 func kubernetesVersion(file string) (string, error) {
-	f, err := os.Open(file)
+	v, err := versions.Read(file)
 	if err != nil {
 		return "", err
 	}
-	defer f.Close()
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		if v, ok := strings.CutPrefix(s.Text(), "KUBERNETES_VERSION="); ok {
-			return v, nil
-		}
+	if v["KUBERNETES_VERSION"] == "" {
+		return "", fmt.Errorf("%s names no KUBERNETES_VERSION", file)
 	}
-	return "", fmt.Errorf("%s names no KUBERNETES_VERSION", file)
+	return v["KUBERNETES_VERSION"], nil
 }
 
 // The chart installs on the oldest Kubernetes still supported (1.35) and
