@@ -3,7 +3,6 @@
 package k8s
 
 import (
-	"bufio"
 	"debug/buildinfo"
 	"os"
 	"runtime/debug"
@@ -17,6 +16,7 @@ import (
 	"github.com/rdma-netns/rdma-netns/e2e/cri/cririg"
 	"github.com/rdma-netns/rdma-netns/e2e/internal/rig"
 	"github.com/rdma-netns/rdma-netns/e2e/k8s/node"
+	"github.com/rdma-netns/rdma-netns/internal/versions"
 )
 
 // payloadVersions are the versions the payload was built with
@@ -24,17 +24,9 @@ import (
 // which README's claims are checked against).
 func payloadVersions(t *testing.T) map[string]string {
 	t.Helper()
-	f, err := os.Open("/payload/versions.env")
+	v, err := versions.Read("/payload/versions.env")
 	if err != nil {
 		t.Fatal(err)
-	}
-	defer f.Close()
-	v := map[string]string{}
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		if key, val, ok := strings.Cut(s.Text(), "="); ok {
-			v[key] = val
-		}
 	}
 	for _, key := range []string{"KUBERNETES_VERSION", "CONTAINERD_VERSION", "MULTUS_VERSION", "NRI_VERSION"} {
 		if v[key] == "" {
