@@ -182,10 +182,11 @@ func TestVersionsGoModules(t *testing.T) {
 // docs and comments write one: "Kubernetes v1.37.2", "containerd
 // **v2.4.2**", "Multus (v4.3.0". The alternatives are tried in order, so
 // "containerd/nri v0.12.5" is NRI's.
-var versionClaim = regexp.MustCompile(`(?i)\b(containerd/nri|nri|kubernetes|kubelet|kubectl|kube-apiserver|containerd|multus|etcd|helm|containernetworking/plugins|cni plugins|host-device|host-local|ptp|containernetworking/cni|cnitool)\b[^\n\d]{0,12}?\bv?(\d+(?:\.\d+)+)`)
+var versionClaim = regexp.MustCompile(`(?i)\b(prometheus|containerd/nri|nri|kubernetes|kubelet|kubectl|kube-apiserver|containerd|multus|etcd|helm|containernetworking/plugins|cni plugins|host-device|host-local|ptp|containernetworking/cni|cnitool)\b[^\n\d]{0,12}?\bv?(\d+(?:\.\d+)+)`)
 
 // claimKeys are the versions.env entries a component's claim may name.
 var claimKeys = map[string][]string{
+	"prometheus":                  {"PROMTOOL_VERSION"},
 	"containerd/nri":              {"NRI_VERSION"},
 	"nri":                         {"NRI_VERSION"},
 	"kubernetes":                  {"KUBERNETES_VERSION"},
@@ -233,6 +234,7 @@ func TestVersionClaimPattern(t *testing.T) {
 		"CNI networks with `cniVersion` 1.1.0":                         nil,
 		"Kubernetes v1.37.2 (figures measured under containerd 2.2.1)": {{"kubernetes", "1.37.2"}},
 		"ptp and host-local, 10.244.0.0/24":                            nil,
+		"promtool of Debian's Prometheus 2.42.0":                       {{"prometheus", "2.42.0"}},
 	} {
 		if got := claims(text); !slices.Equal(got, want) {
 			t.Errorf("claims(%q) = %v, want %v", text, got, want)
