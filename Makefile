@@ -121,7 +121,7 @@ k8s-payload: payload
 	$(MAKE) image IMAGE=$(K8S_IMAGE) PLATFORMS=linux/amd64 IMAGE_LAYOUT=$(OUT)/k8s-image
 	@set -e; $(K8S_ENV); \
 	K8S_UPGRADE_LAYOUT=$$(scripts/k8s/image-at.sh $(K8S_UPGRADE_FROM) rdma-netns.test/rdma-netns:upgrade-from); \
-	K8S_HELM="$$K8S_HELM" K8S_RUNC="$$K8S_RUNC" K8S_UPGRADE_LAYOUT="$$K8S_UPGRADE_LAYOUT" scripts/k8s/payload.sh $(PAYLOAD) $(K8S_PAYLOAD) "$$K8S_BIN_DIR" $(OUT)/k8s-image; \
+	K8S_HELM="$$K8S_HELM" K8S_RUNC="$$K8S_RUNC" K8S_SERVICEMONITOR_CRD="$$K8S_SERVICEMONITOR_CRD" K8S_PROMETHEUS="$$K8S_PROMETHEUS" K8S_UPGRADE_LAYOUT="$$K8S_UPGRADE_LAYOUT" scripts/k8s/payload.sh $(PAYLOAD) $(K8S_PAYLOAD) "$$K8S_BIN_DIR" $(OUT)/k8s-image; \
 	if [ -n "$(K8S_KUBECTL)" ]; then cp "$$K8S_BIN_DIR/kubectl" $(K8S_PAYLOAD)/bin/kubectl; fi; \
 	$(GO) -C e2e/k8s build -o $(abspath $(OUT))/rdma-netns-k8s-cluster ./cmd/rdma-netns-k8s-cluster
 
