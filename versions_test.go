@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -91,12 +92,14 @@ func TestVersionsBuildModules(t *testing.T) {
 		"scripts/k8s/multus": "gopkg.in/k8snetworkplumbingwg/multus-cni.v4",
 		"scripts/k8s/helm":   "helm.sh/helm/v3",
 		"scripts/k8s/runc":   "github.com/opencontainers/runc",
+		"scripts/k8s/promop": "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring",
 	}
 	keys := map[string]string{
 		"go.etcd.io/etcd/server/v3":                   "ETCD_VERSION",
 		"gopkg.in/k8snetworkplumbingwg/multus-cni.v4": "MULTUS_VERSION",
 		"helm.sh/helm/v3":                             "HELM_VERSION",
 		"github.com/opencontainers/runc":              "RUNC_VERSION",
+		"github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring": "PROMETHEUS_OPERATOR_VERSION",
 	}
 	kubeMods, err := filepath.Glob("scripts/k8s/kube*/go.mod")
 	if err != nil {
@@ -119,18 +122,45 @@ func TestVersionsBuildModules(t *testing.T) {
 			t.Errorf("versions.env names Kubernetes %s, and no scripts/k8s/kube*/go.mod requires it (build.sh could not build it)", want)
 		}
 	}
+	// Prometheus vX.Y.Z is its module's v0.X0Y.Z.
+	tools["scripts/k8s/prometheus"] = "github.com/prometheus/prometheus"
+	keys["github.com/prometheus/prometheus"] = "PROMETHEUS_VERSION"
+	moduleVersion := map[string]func(string) string{"github.com/prometheus/prometheus": prometheusModule}
 	for dir, mod := range tools {
 		found := false
 		for _, r := range requirements(t, filepath.Join(dir, "go.mod")) {
 			if r.Path == mod {
 				found = true
-				if want := v[keys[mod]]; r.Version != want {
+				want := v[keys[mod]]
+				if f := moduleVersion[mod]; f != nil {
+					want = f(want)
+				}
+				if r.Version != want {
 					t.Errorf("%s/go.mod requires %s %s, versions.env says %s=%s", dir, mod, r.Version, keys[mod], want)
 				}
 			}
 		}
 		if !found {
 			t.Errorf("%s/go.mod does not require %s", dir, mod)
+		}
+	}
+}
+
+// prometheusModule is the Go module version of Prometheus release v
+// (vX.Y.Z: v0.X0Y.Z, as scripts/k8s/build.sh's prom_module), "" if v is
+// not a release.
+func prometheusModule(v string) string {
+	var maj, min, patch int
+	if n, err := fmt.Sscanf(v, "v%d.%d.%d", &maj, &min, &patch); n != 3 || err != nil {
+		return ""
+	}
+	return fmt.Sprintf("v0.%d%02d.%d", maj, min, patch)
+}
+
+func TestPrometheusModule(t *testing.T) {
+	for v, want := range map[string]string{"v3.16.0": "v0.316.0", "v3.5.2": "v0.305.2", "3.16": ""} {
+		if got := prometheusModule(v); got != want {
+			t.Errorf("prometheusModule(%q) = %q, want %q", v, got, want)
 		}
 	}
 }
@@ -182,10 +212,12 @@ func TestVersionsGoModules(t *testing.T) {
 // docs and comments write one: "Kubernetes v1.37.2", "containerd
 // **v2.4.2**", "Multus (v4.3.0". The alternatives are tried in order, so
 // "containerd/nri v0.12.5" is NRI's.
-var versionClaim = regexp.MustCompile(`(?i)\b(containerd/nri|nri|kubernetes|kubelet|kubectl|kube-apiserver|containerd|multus|etcd|helm|containernetworking/plugins|cni plugins|host-device|host-local|ptp|containernetworking/cni|cnitool)\b[^\n\d]{0,12}?\bv?(\d+(?:\.\d+)+)`)
+var versionClaim = regexp.MustCompile(`(?i)\b(prometheus-operator|prometheus|containerd/nri|nri|kubernetes|kubelet|kubectl|kube-apiserver|containerd|multus|etcd|helm|containernetworking/plugins|cni plugins|host-device|host-local|ptp|containernetworking/cni|cnitool)\b[^\n\d]{0,12}?\bv?(\d+(?:\.\d+)+)`)
 
 // claimKeys are the versions.env entries a component's claim may name.
 var claimKeys = map[string][]string{
+	"prometheus-operator":         {"PROMETHEUS_OPERATOR_VERSION"},
+	"prometheus":                  {"PROMETHEUS_VERSION", "PROMTOOL_VERSION"},
 	"containerd/nri":              {"NRI_VERSION"},
 	"nri":                         {"NRI_VERSION"},
 	"kubernetes":                  {"KUBERNETES_VERSION"},
@@ -233,6 +265,7 @@ func TestVersionClaimPattern(t *testing.T) {
 		"CNI networks with `cniVersion` 1.1.0":                         nil,
 		"Kubernetes v1.37.2 (figures measured under containerd 2.2.1)": {{"kubernetes", "1.37.2"}},
 		"ptp and host-local, 10.244.0.0/24":                            nil,
+		"Prometheus v3.16.0 and the prometheus-operator v0.95.2":       {{"prometheus", "3.16.0"}, {"prometheus-operator", "0.95.2"}},
 	} {
 		if got := claims(text); !slices.Equal(got, want) {
 			t.Errorf("claims(%q) = %v, want %v", text, got, want)
@@ -273,6 +306,9 @@ func TestVersionClaims(t *testing.T) {
 				var vals []string
 				for _, key := range claimKeys[c[0]] {
 					vals = append(vals, valuesOf(v, key)...)
+				}
+				if c[0] == "prometheus" { // its Go module's version too
+					vals = append(vals, prometheusModule(v["PROMETHEUS_VERSION"]))
 				}
 				if !slices.ContainsFunc(vals, func(s string) bool { return strings.TrimPrefix(s, "v") == c[1] }) {
 					t.Errorf("%s:%d: says %s %s, versions.env says %v (%s):\n\t%s", path, i+1, c[0], c[1], vals, strings.Join(claimKeys[c[0]], ", "), strings.TrimSpace(line))

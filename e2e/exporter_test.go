@@ -104,7 +104,7 @@ func samples(fams map[string]*dto.MetricFamily, name string, want map[string]str
 	return out
 }
 
-// hwCounter is the one rdma_port_hw_counter_total sample of a device's
+// hwCounter is the one rdma_port_hw_stat_total sample of a device's
 // port 1 with the given labels.
 func hwCounter(t *testing.T, fams map[string]*dto.MetricFamily, labels map[string]string, counter string) float64 {
 	t.Helper()
@@ -112,9 +112,9 @@ func hwCounter(t *testing.T, fams map[string]*dto.MetricFamily, labels map[strin
 	for k, v := range labels {
 		want[k] = v
 	}
-	got := samples(fams, "rdma_port_hw_counter_total", want)
+	got := samples(fams, "rdma_port_hw_stat_total", want)
 	if len(got) != 1 {
-		t.Fatalf("%d samples rdma_port_hw_counter_total%v, want 1", len(got), want)
+		t.Fatalf("%d samples rdma_port_hw_stat_total%v, want 1", len(got), want)
 	}
 	return got[0].GetCounter().GetValue()
 }
@@ -175,7 +175,7 @@ func TestExporterLabelsDevicesWithTheirPod(t *testing.T) {
 
 	mustDel(t, c, la, rta)
 	fams, body = scrapeMetrics(t, base)
-	if got := samples(fams, "rdma_port_hw_counter_total", map[string]string{"pod": "trainer-0"}); len(got) != 0 {
+	if got := samples(fams, "rdma_port_hw_stat_total", map[string]string{"pod": "trainer-0"}); len(got) != 0 {
 		t.Errorf("after DEL %d samples still name pod trainer-0", len(got))
 	}
 	home := map[string]string{"device": a.RDMA, "host_device": a.RDMA, "netdev": a.Netdev, "namespace": "", "pod": ""}

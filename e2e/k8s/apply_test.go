@@ -28,6 +28,19 @@ func apply(ctx context.Context, manifest []byte) error {
 
 // applyKinds applies the objects of the kinds listed (all if kinds is nil).
 func applyKinds(ctx context.Context, manifest []byte, kinds map[string]bool) error {
+	return applyValidated(ctx, manifest, kinds, "")
+}
+
+// applyStrict applies as `kubectl apply --server-side
+// --validate=strict` does: a field the object's schema does not know is
+// an error, where the default drops it with a warning.
+func applyStrict(ctx context.Context, manifest []byte) error {
+	return applyValidated(ctx, manifest, nil, metav1.FieldValidationStrict)
+}
+
+// applyValidated applies with the API server's field validation
+// validation ("": its default).
+func applyValidated(ctx context.Context, manifest []byte, kinds map[string]bool, validation string) error {
 	dc, err := discovery.NewDiscoveryClientForConfig(restCfg)
 	if err != nil {
 		return err
@@ -70,7 +83,7 @@ func applyKinds(ctx context.Context, manifest []byte, kinds map[string]bool) err
 		}
 		force := true
 		if _, err := ri.Patch(ctx, obj.GetName(), types.ApplyPatchType, data,
-			metav1.PatchOptions{FieldManager: "rdma-netns-e2e", Force: &force}); err != nil {
+			metav1.PatchOptions{FieldManager: "rdma-netns-e2e", Force: &force, FieldValidation: validation}); err != nil {
 			return fmt.Errorf("%s %s: %v", gvk.Kind, obj.GetName(), err)
 		}
 	}

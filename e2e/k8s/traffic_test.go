@@ -28,22 +28,49 @@ type ncclWorker struct {
 // opening its device by name, with every command run through the API
 // server's exec (kubelet, containerd) as `kubectl exec` runs it.
 func TestNCCLTraffic(t *testing.T) {
+	const ns = workersNS
+	workers := startWorkers(t)
+	srv, cli := workers[0], workers[1]
+	pp, err := rig.PingPongBetween(ctx(t), srv.peer(), cli.peer(), 4096, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("ibv_rc_pingpong %s (%s) -> %s (%s): %d bytes, %d iters in %.2f s, %.0f usec/iter",
+		cli.name, cli.dev, srv.name, srv.dev, pp.Bytes, pp.Iters, pp.Seconds, pp.UsecPerIter)
+	bw, err := rig.WriteBWBetween(ctx(t), srv.peer(), cli.peer(), 65536, 200)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("ib_write_bw %s -> %s's memory: %d iters of %d bytes, average %.2f MB/s, peak %.2f MB/s",
+		cli.name, srv.name, bw.Iters, bw.Bytes, bw.AverageMBps, bw.PeakMBps)
+	stopWorkers(t, workers)
+}
+
+// workersNS is the NCCL workers' namespace (conf/pod-nccl.yaml's).
+const workersNS = "default"
+
+// workersGrace is `kubectl delete pod --grace-period=1`: the workers'
+// `sleep infinity`, their PID 1, ignores SIGTERM, and the default 30 s
+// would only be waited out.
+var workersGrace = metav1.DeleteOptions{GracePeriodSeconds: new(int64(1))}
+
+// startWorkers starts the two workers and waits for them to run, each
+// with its device alone and net1's address; they are deleted when the
+// test ends, if it has not stopped them.
+func startWorkers(t *testing.T) []*ncclWorker {
+	t.Helper()
 	workers := []*ncclWorker{
 		{name: "nccl-worker-0", podOverlay: "pod-nccl", nadOverlay: "nad-host-device", network: "rdma-net", nic: "eth1"},
 		{name: "nccl-worker-1", podOverlay: "pod-nccl-eth2", nadOverlay: "nad-host-device-eth2", network: "rdma-net-eth2", nic: "eth2"},
 	}
-	const ns = "default"
-	// `kubectl delete pod --grace-period=1`: the workers' `sleep
-	// infinity`, their PID 1, ignores SIGTERM, and the default 30 s would
-	// only be waited out.
-	grace := metav1.DeleteOptions{GracePeriodSeconds: new(int64(1))}
+	const ns = workersNS
 	for _, w := range workers {
 		w.dev = rdmaOf(t, w.nic)
 		applyManifest(t, w.nadOverlay)
 		applyManifest(t, w.podOverlay)
 	}
 	for _, w := range workers {
-		t.Cleanup(func() { deletePod(t, ns, w.name, grace) })
+		t.Cleanup(func() { deletePod(t, ns, w.name, workersGrace) })
 	}
 	for _, w := range workers {
 		waitRunning(t, ns, w.name, 3*time.Minute)
@@ -55,32 +82,26 @@ func TestNCCLTraffic(t *testing.T) {
 		w.ip = net1.IPs[0]
 		checkWorker(t, ns, w)
 	}
+	return workers
+}
 
-	srv, cli := workers[0], workers[1]
-	peer := func(w *ncclWorker) rig.Peer {
-		return rig.Peer{Run: execRunner(ns, w.name, "nccl"), Dev: w.dev, IP: w.ip}
-	}
-	pp, err := rig.PingPongBetween(ctx(t), peer(srv), peer(cli), 4096, 100)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("ibv_rc_pingpong %s (%s) -> %s (%s): %d bytes, %d iters in %.2f s, %.0f usec/iter",
-		cli.name, cli.dev, srv.name, srv.dev, pp.Bytes, pp.Iters, pp.Seconds, pp.UsecPerIter)
-	bw, err := rig.WriteBWBetween(ctx(t), peer(srv), peer(cli), 65536, 200)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("ib_write_bw %s -> %s's memory: %d iters of %d bytes, average %.2f MB/s, peak %.2f MB/s",
-		cli.name, srv.name, bw.Iters, bw.Bytes, bw.AverageMBps, bw.PeakMBps)
+// peer is the worker as the traffic helpers drive it: through the API
+// server's exec, as `kubectl exec` runs its commands.
+func (w *ncclWorker) peer() rig.Peer {
+	return rig.Peer{Run: execRunner(workersNS, w.name, "nccl"), Dev: w.dev, IP: w.ip}
+}
 
-	// Both deletes are issued before either is awaited.
+// stopWorkers deletes the workers, both deletes issued before either is
+// awaited, and waits for their devices to be back on the node.
+func stopWorkers(t *testing.T, workers []*ncclWorker) {
+	t.Helper()
 	for _, w := range workers {
-		if err := cs.CoreV1().Pods(ns).Delete(ctx(t), w.name, grace); err != nil {
+		if err := cs.CoreV1().Pods(workersNS).Delete(ctx(t), w.name, workersGrace); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for _, w := range workers {
-		deletePod(t, ns, w.name, grace)
+		deletePod(t, workersNS, w.name, workersGrace)
 		waitHome(t, w.dev)
 	}
 }

@@ -194,7 +194,7 @@ func TestSlowCollectionDoesNotSerializeScrapes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v := value(t, fams, "rdma_port_hw_counter_total", map[string]string{"device": "rxe0", "counter": "sent_pkts"}); v != 7 {
+	if v := value(t, fams, "rdma_port_hw_stat_total", map[string]string{"device": "rxe0", "counter": "sent_pkts"}); v != 7 {
 		t.Errorf("a scrape that waited got sent_pkts %v, want the collection's 7", v)
 	}
 	// The collection is over and MaxAge is 0: the next scrape walks again.

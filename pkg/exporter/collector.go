@@ -152,10 +152,10 @@ func NewCollector(inv Inventory, reader Reader) *Collector {
 			_, err := inventory.Identify(path)
 			return err == nil
 		},
-		hwCounter: prometheus.NewDesc("rdma_port_hw_counter_total",
+		hwCounter: prometheus.NewDesc("rdma_port_hw_stat_total",
 			"Hardware counter of an RDMA port as its driver names it (hw_counters: iwInRdmaWrites for irdma, rx_write_requests for mlx5, sent_pkts for rxe).",
 			append(portLabels[:len(portLabels):len(portLabels)], "counter"), nil),
-		portCounter: prometheus.NewDesc("rdma_port_counter_total",
+		portCounter: prometheus.NewDesc("rdma_port_stat_total",
 			"Standard port counter of an RDMA port (ports/N/counters; port_xmit_data and port_rcv_data count 4-byte words).",
 			append(portLabels[:len(portLabels):len(portLabels)], "counter"), nil),
 		portState: prometheus.NewDesc("rdma_port_state",

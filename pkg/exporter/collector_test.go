@@ -182,14 +182,14 @@ func TestHostDeviceCountersAndLabels(t *testing.T) {
 	fams := scrape(t, c)
 
 	host := map[string]string{"device": "rxe0", "port": "1", "netdev": "eth0", "namespace": "", "pod": "", "host_device": "rxe0"}
-	if got := value(t, fams, "rdma_port_hw_counter_total", with(host, "counter", "sent_pkts")); got != 10 {
+	if got := value(t, fams, "rdma_port_hw_stat_total", with(host, "counter", "sent_pkts")); got != 10 {
 		t.Errorf("sent_pkts = %v, want 10", got)
 	}
-	if got := value(t, fams, "rdma_port_hw_counter_total", with(host, "counter", "rcvd_pkts")); got != 20 {
+	if got := value(t, fams, "rdma_port_hw_stat_total", with(host, "counter", "rcvd_pkts")); got != 20 {
 		t.Errorf("rcvd_pkts = %v, want 20", got)
 	}
-	if typ := fams["rdma_port_hw_counter_total"].GetType(); typ != dto.MetricType_COUNTER {
-		t.Errorf("rdma_port_hw_counter_total is a %v, want a counter", typ)
+	if typ := fams["rdma_port_hw_stat_total"].GetType(); typ != dto.MetricType_COUNTER {
+		t.Errorf("rdma_port_hw_stat_total is a %v, want a counter", typ)
 	}
 	if got := value(t, fams, "rdma_port_state", host); got != 4 {
 		t.Errorf("port state = %v, want 4 (ACTIVE)", got)
@@ -207,8 +207,8 @@ func TestHostDeviceCountersAndLabels(t *testing.T) {
 	if got := value(t, fams, "rdma_exporter_read_errors", nil); got != 0 {
 		t.Errorf("rdma_exporter_read_errors = %v, want 0", got)
 	}
-	if _, ok := fams["rdma_port_counter_total"]; ok {
-		t.Errorf("rdma_port_counter_total present for a device without standard port counters")
+	if _, ok := fams["rdma_port_stat_total"]; ok {
+		t.Errorf("rdma_port_stat_total present for a device without standard port counters")
 	}
 }
 
@@ -241,7 +241,7 @@ func TestVanishingNetnsIsSkipped(t *testing.T) {
 	fams := scrape(t, c)
 
 	for dev, want := range map[string]bool{"rxe0": true, "rxe2": true, "rxe4": false, "rxe6": false} {
-		_, got := sample(t, fams, "rdma_port_hw_counter_total", map[string]string{"device": dev, "counter": "sent_pkts"})
+		_, got := sample(t, fams, "rdma_port_hw_stat_total", map[string]string{"device": dev, "counter": "sent_pkts"})
 		if got != want {
 			t.Errorf("device %s reported = %v, want %v", dev, got, want)
 		}
@@ -403,7 +403,7 @@ func TestPodDevicesCarryTheirPod(t *testing.T) {
 		{map[string]string{"device": "rxe8", "host_device": "rxe8", "netdev": "net1", "namespace": "", "pod": ""}, 9},
 	}
 	for _, c := range cases {
-		if got := value(t, fams, "rdma_port_hw_counter_total", with(c.labels, "counter", "sent_pkts")); got != c.sent {
+		if got := value(t, fams, "rdma_port_hw_stat_total", with(c.labels, "counter", "sent_pkts")); got != c.sent {
 			t.Errorf("sent_pkts%v = %v, want %v", c.labels, got, c.sent)
 		}
 		dev := map[string]string{"device": c.labels["device"], "host_device": c.labels["host_device"], "namespace": c.labels["namespace"], "pod": c.labels["pod"]}

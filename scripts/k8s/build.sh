@@ -2,7 +2,7 @@
 # Build the single-node cluster the Kubernetes e2e tests run (e2e/k8s) from
 # Go modules, at the versions versions.env names (or the environment:
 # KUBERNETES_VERSION, ETCD_VERSION, MULTUS_VERSION, HELM_VERSION,
-# RUNC_VERSION):
+# RUNC_VERSION, PROMETHEUS_VERSION, PROMETHEUS_OPERATOR_VERSION):
 # kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and
 # kubectl (the module under scripts/k8s/kube* that requires
 # k8s.io/kubernetes at KUBERNETES_VERSION), etcd (scripts/k8s/etcd),
@@ -10,7 +10,12 @@
 # and install_multus and passthru, which the DaemonSet's init container
 # runs and installs), the helm CLI (scripts/k8s/helm) the tests install
 # the chart with, and runc (scripts/k8s/runc), the node's runtime handler
-# for user-namespaced pods. Static (CGO_ENABLED=0; runc needs cgo, and is
+# for user-namespaced pods; the Prometheus server (scripts/k8s/prometheus,
+# with Kubernetes service discovery alone) the tests scrape the exporter
+# with; and the prometheus-operator's ServiceMonitor
+# CRD (scripts/k8s/promop: controller-gen over the operator's API module
+# at PROMETHEUS_OPERATOR_VERSION), which the tests check the chart's
+# ServiceMonitor against. Static (CGO_ENABLED=0; runc needs cgo, and is
 # linked statically) and stripped. A module that requires another version
 # than versions.env names stops the build.
 #
@@ -72,6 +77,14 @@ need "$HERE/etcd" go.etcd.io/etcd/server/v3 "$ETCD_VERSION"
 need "$HERE/multus" gopkg.in/k8snetworkplumbingwg/multus-cni.v4 "$MULTUS_VERSION"
 need "$HERE/helm" helm.sh/helm/v3 "$HELM_VERSION"
 need "$HERE/runc" github.com/opencontainers/runc "$RUNC_VERSION"
+# Prometheus vX.Y.Z is its Go module's v0.X0Y.Z (v3.16.0: v0.316.0).
+prom_module() {
+  local maj min pat
+  IFS=. read -r maj min pat <<<"${1#v}"
+  printf 'v0.%d%02d.%s' "$maj" "$min" "$pat"
+}
+need "$HERE/prometheus" github.com/prometheus/prometheus "$(prom_module "$PROMETHEUS_VERSION")"
+need "$HERE/promop" github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring "$PROMETHEUS_OPERATOR_VERSION"
 
 CACHE_ROOT="${XDG_CACHE_HOME:-$HOME/.cache}/rdma-netns/k8s"
 mkdir -p "$CACHE_ROOT"
@@ -154,11 +167,36 @@ build_runc() {
   CGO_ENABLED=1 go build -trimpath -buildmode=pie -tags "$RUNC_TAGS" -ldflags "$RUNC_LDFLAGS" -o "$1/bin/runc" github.com/opencontainers/runc
 }
 
+# Prometheus as its release is built (promu: static, stamped through
+# prometheus/common/version), with one service discovery, Kubernetes'
+# (its plugins' build tags): the suite needs no other, and each costs
+# build time. Its web UI's assets are not embedded (builtinassets): the
+# tests use its HTTP API.
+PROM_TAGS="remove_all_sd enable_kubernetes_sd"
+PROM_LDFLAGS="-s -w -X github.com/prometheus/common/version.Version=${PROMETHEUS_VERSION#v} -X github.com/prometheus/common/version.Branch=HEAD"
+build_prometheus() {
+  go build -trimpath -tags "$PROM_TAGS" -ldflags "$PROM_LDFLAGS" -o "$1/bin/prometheus" github.com/prometheus/prometheus/cmd/prometheus
+}
+
+# The operator's CRDs as its release generates them (make generate-crds:
+# controller-gen crd:crdVersions=v1 over pkg/apis/monitoring), here from
+# its API module; the suite installs the ServiceMonitor's.
+PROMOP_GEN="crd:crdVersions=v1 paths=github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
+build_promop() {
+  go build -o "$1/bin/controller-gen" sigs.k8s.io/controller-tools/cmd/controller-gen
+  # shellcheck disable=SC2086 # PROMOP_GEN is words
+  "$1/bin/controller-gen" $PROMOP_GEN output:crd:dir="$1/crds"
+  rm "$1/bin/controller-gen"
+  [ -s "$1/crds/monitoring.coreos.com_servicemonitors.yaml" ] || die "controller-gen wrote no ServiceMonitor CRD in $1/crds"
+}
+
 component kube "$KUBERNETES_VERSION" "$KUBE_MOD" "$KUBE_LDFLAGS $KUBE_CMDS"; kube=$DIR
 component etcd "$ETCD_VERSION" "$HERE/etcd" "-s -w"; etcd=$DIR
 component multus "$MULTUS_VERSION" "$HERE/multus" "$MULTUS_LDFLAGS $MULTUS_CMDS"; multus=$DIR
 component helm "$HELM_VERSION" "$HERE/helm" "$HELM_LDFLAGS"; helm=$DIR
 component runc "$RUNC_VERSION" "$HERE/runc" "$RUNC_TAGS $RUNC_LDFLAGS"; runc=$DIR
+component prometheus "$PROMETHEUS_VERSION" "$HERE/prometheus" "$PROM_TAGS $PROM_LDFLAGS"; prometheus=$DIR
+component promop "$PROMETHEUS_OPERATOR_VERSION" "$HERE/promop" "$PROMOP_GEN"; promop=$DIR
 # The set a run uses: links, remade each time (cheap).
 SET="$CACHE_ROOT/set-$(basename "$kube")_$(basename "$etcd")_$(basename "$multus")"
 rm -rf "$SET.tmp"
@@ -175,6 +213,8 @@ if [ "$PRINT_ENV" = 1 ]; then
   printf 'K8S_VERSION=%q\n' "$KUBERNETES_VERSION"
   printf 'K8S_HELM=%q\n' "$helm/bin/helm"
   printf 'K8S_RUNC=%q\n' "$runc/bin/runc"
+  printf 'K8S_PROMETHEUS=%q\n' "$prometheus/bin/prometheus"
+  printf 'K8S_SERVICEMONITOR_CRD=%q\n' "$promop/crds/monitoring.coreos.com_servicemonitors.yaml"
 else
   log "$SET/bin"
 fi

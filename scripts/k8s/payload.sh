@@ -11,7 +11,7 @@
 # for the test to import: nothing is pulled. With them helm (K8S_HELM), the
 # chart conf/helm/rdma-netns and an earlier commit's image
 # (K8S_UPGRADE_LAYOUT) for the upgrade tests, and a newer runc (K8S_RUNC)
-# for user-namespaced pods. The node's /opt/cni/bin has no
+# for user-namespaced pods, and Prometheus (below). The node's /opt/cni/bin has no
 # rdma-netns: the DaemonSet's init container installs it.
 #
 # Multus's thick plugin likewise: its image (build/image, from the binaries
@@ -63,6 +63,16 @@ tar -C "${K8S_UPGRADE_LAYOUT:?K8S_UPGRADE_LAYOUT: the image layout image-at.sh b
 # build.sh; e2e/k8s/userns_test.go): installed beside Debian's runc, the
 # node's, as /usr/local/bin/runc-userns, which the handler names.
 cp "${K8S_RUNC:?K8S_RUNC: the runc binary build.sh built}" "$out/bin/runc-userns"
+
+# The suite's Prometheus (e2e/k8s/prometheus_test.go): the server build.sh
+# built (K8S_PROMETHEUS), which the test packs into an image and runs as a
+# pod; the Grafana dashboard whose queries it evaluates; the
+# prometheus-operator's ServiceMonitor CRD (K8S_SERVICEMONITOR_CRD, from
+# build.sh) and the chart's rendered ServiceMonitor, which the API server
+# must accept.
+cp "${K8S_PROMETHEUS:?K8S_PROMETHEUS: the prometheus binary build.sh built}" "$out/bin/prometheus"
+cp "$top/conf/grafana-dashboard.json" "$top/conf/exporter-servicemonitor.yaml" "$out/k8s-manifests/"
+cp "${K8S_SERVICEMONITOR_CRD:?K8S_SERVICEMONITOR_CRD: the CRD build.sh generated}" "$out/k8s-manifests/servicemonitor-crd.yaml"
 
 # Multus thick: the overlay rendered next to Multus's manifest, and the image.
 tmp=$(mktemp -d)

@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"debug/elf"
 	"fmt"
 	"io"
 	"io/fs"
@@ -98,10 +99,28 @@ func toolsClosure() (map[string]string, error) {
 			}
 		}
 	}
+	if err := addLibraries(files, objs); err != nil {
+		return nil, err
+	}
+	// busybox's applets are links to it in /bin.
+	applets, err := filepath.Glob("/bin/*")
+	if err != nil {
+		return nil, err
+	}
+	for _, a := range applets {
+		files[a] = a
+	}
+	return files, nil
+}
+
+// addLibraries adds to files every library the guest's dynamic loader
+// lists for the ELF objects objs, and the targets of library links
+// (libfoo.so.1 -> libfoo.so.1.2.3).
+func addLibraries(files map[string]string, objs []string) error {
 	for _, o := range objs {
 		out, err := exec.Command(loader, "--list", o).Output()
 		if err != nil {
-			return nil, fmt.Errorf("%s --list %s: %v", loader, o, err)
+			return fmt.Errorf("%s --list %s: %v", loader, o, err)
 		}
 		for _, l := range strings.Split(string(out), "\n") {
 			f := strings.Fields(l)
@@ -113,21 +132,50 @@ func toolsClosure() (map[string]string, error) {
 			}
 		}
 	}
-	// Library links (libfoo.so.1 -> libfoo.so.1.2.3) bring their target.
 	for f := range files {
 		if t, err := filepath.EvalSymlinks(f); err == nil && t != f {
 			files[t] = t
 		}
 	}
-	// busybox's applets are links to it in /bin.
-	applets, err := filepath.Glob("/bin/*")
+	return nil
+}
+
+// WriteProgramImage writes an image of one program of the guest, at the
+// same path, with the libraries it loads if it is dynamically linked, as
+// an uncompressed OCI archive at path (for `ctr images import`), its
+// entrypoint the program and args: what an image of that program holds,
+// packed from the guest's own files as the tools image is.
+func WriteProgramImage(path, ref, program string, args ...string) error {
+	files := map[string]string{program: program}
+	dynamic, err := isDynamic(program)
 	if err != nil {
-		return nil, err
+		return fmt.Errorf("image %s: %v", ref, err)
 	}
-	for _, a := range applets {
-		files[a] = a
+	if dynamic {
+		if err := addLibraries(files, []string{program}); err != nil {
+			return fmt.Errorf("image %s: %v", ref, err)
+		}
 	}
-	return files, nil
+	layer, err := layerOf(files)
+	if err != nil {
+		return fmt.Errorf("image %s: %v", ref, err)
+	}
+	return writeArchive(path, []image{{ref, layer, v1.Config{Entrypoint: append([]string{program}, args...)}}})
+}
+
+// isDynamic says whether the ELF program names a dynamic loader.
+func isDynamic(program string) (bool, error) {
+	f, err := elf.Open(program)
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // layerOf is an uncompressed layer (containerd unpacks it as is: nothing to
