@@ -17,7 +17,7 @@ LDFLAGS := -X github.com/containernetworking/plugins/pkg/utils/buildversion.Buil
 
 export CGO_ENABLED = 0
 
-.PHONY: all build test unit lint manifests e2e e2e-exclusive e2e-shared demo payload vm-prepare clean
+.PHONY: all build test unit lint manifests e2e e2e-exclusive e2e-shared e2e-link demo payload vm-prepare clean
 
 all: build
 
@@ -78,6 +78,16 @@ vm-prepare:
 e2e: payload
 	$(VM_RUN) --payload $(PAYLOAD) -- 'rc=0; e2e.test $(E2E_FLAGS) || rc=1; multus.test $(E2E_FLAGS) || rc=1; cri.test $(E2E_FLAGS) || rc=1; nri.test $(E2E_FLAGS) || rc=1; exit $$rc'
 	$(VM_RUN) --netns-mode shared --nics 4 --payload $(PAYLOAD) -- 'rc=0; e2e.test $(E2E_FLAGS) -test.run TestSharedMode || rc=1; cri.test $(E2E_FLAGS) -test.run TestSharedMode || rc=1; nri.test $(E2E_FLAGS) -test.run TestSharedMode || rc=1; exit $$rc'
+
+## e2e-link: two test VMs at once joined by an Ethernet link on the
+## loopback (vm-run.sh --node/--link, port E2E_LINK_PORT on 127.0.0.1:
+## two runs on one machine need two), RDMA traffic between them host to
+## host, then netns to netns through devices rdma-netns moved
+## (scripts/e2e-link.sh, scripts/guest/link-test.sh); prints both
+## phases' ib_write_bw and ib_send_lat side by side.
+E2E_LINK_PORT ?= 13737
+e2e-link: payload
+	scripts/e2e-link.sh $(PAYLOAD) $(E2E_LINK_PORT) $(OUT)/e2e-link
 
 ## e2e-k8s: a one-node Kubernetes cluster (scripts/k8s/build.sh builds and
 ## caches its binaries): etcd, kube-apiserver, kube-controller-manager and
