@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Two test VMs at once, joined by an Ethernet link on this machine's
-# loopback (vm-run.sh --node 1/2 --link), each running
+# loopback (vm-run.sh --node 1/2 --link, UDP ports PORT and PORT+1), each
+# running
 # /payload/link-test.sh (scripts/guest/link-test.sh): RDMA traffic between
 # the two kernels host to host, then netns to netns through devices
 # rdma-netns moved. Prints both phases' bandwidth and latency side by
 # side. Used by `make e2e-link`.
 #
 # Usage: e2e-link.sh PAYLOAD_DIR PORT OUT_DIR
-#   PORT: the link's TCP port on 127.0.0.1 (free; two runs need two).
+#   PORT: node 1's end of the link on 127.0.0.1 (UDP); node 2's is PORT+1.
+#         Two runs at once need two pairs.
 #   OUT_DIR: receives node1.log and node2.log, each VM's console.
 #
 # Exit status: 0 when both guests passed; otherwise the first failing
@@ -24,11 +26,11 @@ log() { printf '[e2e-link] %s\n' "$*" >&2; }
 # Two NICs per VM: the link test uses eth0, and a second NIC on the same
 # L2 segment keeps the ARP set-up of a multi-NIC host honest.
 vm() {
-  local node=$1 role=$2
+  local node=$1 ports=$2
   # A session of its own, so that a failure can stop the whole VM
   # (vm-run.sh, timeout, qemu) by its process group.
   setsid "$SCRIPTS_DIR/vm-run.sh" --node "$node" --nics 2 --timeout 900 \
-    --link "$role=127.0.0.1:$port" --payload "$payload" \
+    --link "127.0.0.1:$ports" --payload "$payload" \
     -- /payload/link-test.sh > "$out/node$node.log" 2>&1 &
 }
 
@@ -40,9 +42,9 @@ stop_all() {
 trap stop_all EXIT
 
 start=$(date +%s)
-log "booting node 1 (listens on 127.0.0.1:$port) and node 2; consoles in $out/node{1,2}.log"
-vm 1 listen; pids+=("$!")
-vm 2 connect; pids+=("$!")
+log "booting node 1 and node 2 on a link over 127.0.0.1:$port-$((port + 1)) (UDP); consoles in $out/node{1,2}.log"
+vm 1 "$port:$((port + 1))"; pids+=("$!")
+vm 2 "$((port + 1)):$port"; pids+=("$!")
 
 # When one VM fails, its peer would only wait for it until its deadlines:
 # stop it at once.

@@ -7,7 +7,7 @@
 #   vm-run.sh [--netns-mode exclusive|shared] [--nics N] [--payload DIR]
 #             [--timeout SECS] [--memory MB] [--log FILE]
 #             [--k8s-api PORT [--kubelet-port PORT]] [--disk FILE] [--no-rxe]
-#             [--node N] [--link listen=ADDR:PORT|connect=ADDR:PORT]
+#             [--node N] [--link ADDR:PORT:PEER_PORT]
 #             -- CMD [ARGS...]
 #
 # --k8s-api PORT adds a user-mode NIC on which the guest reaches exactly one
@@ -23,9 +23,9 @@
 # --node N (1..200, default 1) tells VMs that run at once apart: it sets
 # the NICs' MAC addresses (node 1 keeps QEMU's default ones) and VM_NODE in
 # the guest. --link joins the VM's test NICs to an Ethernet link with one
-# other VM on this machine: a QEMU stream netdev on ADDR:PORT (ADDR on the
-# loopback, 127.0.0.0/8), the first VM with listen=, the second with
-# connect= (which waits for the first to listen). Both VMs' NICs are then
+# other VM on this machine: Ethernet frames as UDP datagrams from ADDR:PORT
+# to ADDR:PEER_PORT (ADDR on the loopback, 127.0.0.0/8), the other VM
+# started with the two ports swapped, in any order. Both VMs' NICs are then
 # on one L2 segment, so the two need distinct --node (required with --link).
 #
 # CMD and ARGS are joined with spaces and run by the guest's `sh -c` (like
@@ -59,17 +59,6 @@ DISK_DIRS="/var/lib/kubelet /var/lib/containerd /var/lib/cni /var/log /opt/cni/b
 usage() { sed -n '2,35p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 log() { printf '[vm-run] %s\n' "$*" >&2; }
 die() { printf '[vm-run] ERROR: %s\n' "$*" >&2; exit 125; }
-# wait_listener ADDR PORT waits until a TCP socket listens there: the peer
-# VM of --link connect= prepares and packs its payload first, and under
-# load that takes a while.
-wait_listener() {
-  local deadline=$(( $(date +%s) + 300 ))
-  log "waiting for the link's listener on $1:$2"
-  until ss -Hltn "src $1:$2" | grep -q .; do
-    [ "$(date +%s)" -lt "$deadline" ] || die "nothing listens on $1:$2 after 300s: start the VM with --link listen=$1:$2 first"
-    sleep 0.2
-  done
-}
 
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -104,9 +93,9 @@ fi
 [[ "$NODE" =~ ^[0-9]+$ ]] && [ "$NODE" -ge 1 ] && [ "$NODE" -le 200 ] || die "--node must be 1..200"
 if [ -n "$LINK" ]; then
   # Loopback only: the link must never reach another machine.
-  [[ "$LINK" =~ ^(listen|connect)=(127\.[0-9]+\.[0-9]+\.[0-9]+):([0-9]+)$ ]] ||
-    die "--link takes listen=ADDR:PORT or connect=ADDR:PORT with ADDR in 127.0.0.0/8, not $LINK"
-  LINK_ROLE=${BASH_REMATCH[1]} LINK_ADDR=${BASH_REMATCH[2]} LINK_PORT=${BASH_REMATCH[3]}
+  [[ "$LINK" =~ ^(127\.[0-9]+\.[0-9]+\.[0-9]+):([0-9]+):([0-9]+)$ ]] ||
+    die "--link takes ADDR:PORT:PEER_PORT with ADDR in 127.0.0.0/8, not $LINK"
+  LINK_ADDR=${BASH_REMATCH[1]} LINK_PORT=${BASH_REMATCH[2]} LINK_PEER_PORT=${BASH_REMATCH[3]}
   # Two VMs with the same --node would have the same MACs on one link.
   [ "$NODE_SET" = 1 ] || die "--link needs --node: each VM on a link needs its own (1 and 2)"
 fi
@@ -142,7 +131,7 @@ fi
   [ -z "$DISK" ] || printf 'VM_DISK_DIRS="%s"\n' "$DISK_DIRS"
   printf 'VM_RXE=%s\n' "$RXE"
   printf 'VM_NODE=%s\n' "$NODE"
-  [ -z "$LINK" ] || printf 'VM_LINK=%s\n' "$LINK_ROLE"
+  [ -z "$LINK" ] || printf 'VM_LINK=%s\n' "$LINK"
 } > "$STAGE/etc/vm.conf"
 printf '%s\n' "$*" > "$STAGE/etc/vm-cmd"
 # A node with a disk boots as a real one: exclusive mode from ib_core's
@@ -342,17 +331,13 @@ for ((i = 0; i < NICS; i++)); do
              -device "virtio-net-pci,netdev=n$i,mac=$(mac "$i"),addr=$(printf '0x%x' $((3 + i))),romfile=")
 done
 
-# --link: the hub's one port to the outside, a stream socket to the peer
-# VM's hub on the loopback. QEMU 7.2's stream client connects once, at
-# start, and never retries: the connecting side waits for the listener.
+# --link: the hub's one port to the outside, a UDP socket to the peer VM's
+# on the loopback. Not QEMU's stream netdev (TCP): through it ib_send_lat
+# took 23-25 ms a round trip against 0.4-1.8 ms over UDP (scripts/README.md),
+# and its client connects once, at start, so the VMs had to start in order.
+# Frames sent before the peer is up are lost, as on a cable.
 if [ -n "$LINK" ]; then
-  if [ "$LINK_ROLE" = connect ]; then
-    wait_listener "$LINK_ADDR" "$LINK_PORT"
-    server=off
-  else
-    server=on
-  fi
-  NIC_ARGS+=(-netdev "stream,id=link,server=$server,addr.type=inet,addr.host=$LINK_ADDR,addr.port=$LINK_PORT"
+  NIC_ARGS+=(-netdev "dgram,id=link,local.type=inet,local.host=$LINK_ADDR,local.port=$LINK_PORT,remote.type=inet,remote.host=$LINK_ADDR,remote.port=$LINK_PEER_PORT"
              -netdev "hubport,hubid=0,id=linkport,netdev=link")
 fi
 
