@@ -35,9 +35,18 @@ vm() {
 }
 
 pids=()
+# stop_all returns once the VMs' processes are gone (SIGKILL after 10 s),
+# so that no QEMU outlives the run and holds its ports.
 stop_all() {
-  local p
+  local p i
   for p in "${pids[@]}"; do kill -TERM -- "-$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do
+    for ((i = 0; i < 50; i++)); do
+      kill -0 -- "-$p" 2>/dev/null || continue 2
+      sleep 0.2
+    done
+    kill -KILL -- "-$p" 2>/dev/null || true
+  done
 }
 trap stop_all EXIT
 
