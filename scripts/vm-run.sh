@@ -7,6 +7,7 @@
 #   vm-run.sh [--netns-mode exclusive|shared] [--nics N] [--payload DIR]
 #             [--timeout SECS] [--memory MB] [--log FILE]
 #             [--k8s-api PORT [--kubelet-port PORT]] [--disk FILE] [--no-rxe]
+#             [--node N] [--link ADDR:PORT:PEER_PORT]
 #             -- CMD [ARGS...]
 #
 # --k8s-api PORT adds a user-mode NIC on which the guest reaches exactly one
@@ -18,6 +19,14 @@
 # keeps across a reboot (DISK_DIRS below) lives there, and booting again on
 # the same FILE is a reboot of that node. --no-rxe creates no RDMA device:
 # a node without RDMA hardware.
+#
+# --node N (1..200, default 1) tells VMs that run at once apart: it sets
+# the NICs' MAC addresses (node 1 keeps QEMU's default ones) and VM_NODE in
+# the guest. --link joins the VM's test NICs to an Ethernet link with one
+# other VM on this machine: Ethernet frames as UDP datagrams from ADDR:PORT
+# to ADDR:PEER_PORT (ADDR on the loopback, 127.0.0.0/8), the other VM
+# started with the two ports swapped, in any order. Both VMs' NICs are then
+# on one L2 segment, so the two need distinct --node (required with --link).
 #
 # CMD and ARGS are joined with spaces and run by the guest's `sh -c` (like
 # ssh does), so both `-- /payload/test.sh -v` and `-- 'a && b'` work.
@@ -38,13 +47,16 @@ K8S_API=""
 KUBELET_PORT=10250
 DISK=""
 RXE=1
+NODE=1
+NODE_SET=0
+LINK=""
 # What a node keeps across a reboot and the guest keeps on --disk: the
 # runtime's and kubelet's state, the CNI and NRI plugins and their
 # configuration, the CNI state (IPAM, rdma-netns's records) and the logs.
 # /run, /tmp and every network namespace start empty on each boot.
 DISK_DIRS="/var/lib/kubelet /var/lib/containerd /var/lib/cni /var/log /opt/cni/bin /opt/nri /etc/cni /etc/nri"
 
-usage() { sed -n '2,27p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,35p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 log() { printf '[vm-run] %s\n' "$*" >&2; }
 die() { printf '[vm-run] ERROR: %s\n' "$*" >&2; exit 125; }
 
@@ -60,6 +72,8 @@ while [ $# -gt 0 ]; do
     --kubelet-port) KUBELET_PORT=${2:?}; shift 2 ;;
     --disk) DISK=${2:?}; shift 2 ;;
     --no-rxe) RXE=0; shift ;;
+    --node) NODE=${2:?}; NODE_SET=1; shift 2 ;;
+    --link) LINK=${2:?}; shift 2 ;;
     --) shift; break ;;
     -h|--help) usage ;;
     *) echo "vm-run.sh: unknown option $1" >&2; usage ;;
@@ -76,6 +90,15 @@ if [ -n "$K8S_API" ]; then
   command -v socat >/dev/null || die "--k8s-api needs socat on the host (apt-get install socat; scripts/k8s/build.sh installs it)"
 fi
 [ -z "$DISK" ] || [ -f "$DISK" ] || die "--disk $DISK is not a file (make one: truncate -s 4G FILE && mkfs.ext4 -q FILE)"
+[[ "$NODE" =~ ^[0-9]+$ ]] && [ "$NODE" -ge 1 ] && [ "$NODE" -le 200 ] || die "--node must be 1..200"
+if [ -n "$LINK" ]; then
+  # Loopback only: the link must never reach another machine.
+  [[ "$LINK" =~ ^(127\.[0-9]+\.[0-9]+\.[0-9]+):([0-9]+):([0-9]+)$ ]] ||
+    die "--link takes ADDR:PORT:PEER_PORT with ADDR in 127.0.0.0/8, not $LINK"
+  LINK_ADDR=${BASH_REMATCH[1]} LINK_PORT=${BASH_REMATCH[2]} LINK_PEER_PORT=${BASH_REMATCH[3]}
+  # Two VMs with the same --node would have the same MACs on one link.
+  [ "$NODE_SET" = 1 ] || die "--link needs --node: each VM on a link needs its own (1 and 2)"
+fi
 # The user-mode NIC's PCI slot: after the last test NIC's (3 + 28 - 1).
 HOSTNET_PCI=0000:00:1f.0
 
@@ -107,6 +130,8 @@ fi
   [ -z "$K8S_API" ] || printf 'VM_HOSTNET_PCI=%s\n' "$HOSTNET_PCI"
   [ -z "$DISK" ] || printf 'VM_DISK_DIRS="%s"\n' "$DISK_DIRS"
   printf 'VM_RXE=%s\n' "$RXE"
+  printf 'VM_NODE=%s\n' "$NODE"
+  [ -z "$LINK" ] || printf 'VM_LINK=%s\n' "$LINK"
 } > "$STAGE/etc/vm.conf"
 printf '%s\n' "$*" > "$STAGE/etc/vm-cmd"
 # A node with a disk boots as a real one: exclusive mode from ib_core's
@@ -188,6 +213,17 @@ else
 fi
 
 $IP link set lo up
+
+# --link: the NICs share one L2 segment with the peer VM's (and with each
+# other, through the hub). By default Linux answers ARP for any of its
+# addresses on every NIC, so the peer could learn another NIC's MAC for an
+# address and its RoCE packets would reach the wrong rxe device. Answer
+# only on the NIC holding the address, and announce from it, as multi-NIC
+# RoCE hosts on one subnet are configured.
+if [ -n "${VM_LINK:-}" ]; then
+  echo 1 > /proc/sys/net/ipv4/conf/all/arp_ignore || fail "arp_ignore"
+  echo 2 > /proc/sys/net/ipv4/conf/all/arp_announce || fail "arp_announce"
+fi
 
 # Virtio NICs in PCI order. Rename them eth0..ethN-1 in that order so that
 # ethN always pairs with rxeN, whatever order the driver probed them in.
@@ -279,16 +315,31 @@ chmod 0755 "$STAGE/init"
 (cd "$STAGE" && find . -mindepth 1 | LC_ALL=C sort | cpio -o -H newc -R 0:0 --quiet) > "$WORK/run.cpio"
 cat "$VM_BASE_CPIO" "$VM_CRI_CPIO" "$WORK/run.cpio" > "$WORK/initrd"
 
+# MAC addresses: QEMU's default ones (52:54:00:12:34:56, then one up per
+# NIC) for node 1, the fifth byte one up per further --node, so that VMs on
+# one --link never share one.
+mac() { printf '52:54:00:12:%02x:%02x' $((0x33 + NODE)) $((0x56 + $1)); }
+
 # NICs at fixed PCI slots starting at 3 (slots 0-1 are the i440fx host/ISA
 # bridges; 2 is left free), so names derived from PCI addresses are stable:
 # with 9 NICs the last one is 0000:00:0b.0 -> rocep0s11. All NICs sit on one
-# qemu hub with no host backend: no traffic leaves the VM. romfile= skips the
-# iPXE option ROM we never boot from.
+# qemu hub; without --link it has no backend and no traffic leaves the VM.
+# romfile= skips the iPXE option ROM we never boot from.
 NIC_ARGS=()
 for ((i = 0; i < NICS; i++)); do
   NIC_ARGS+=(-netdev "hubport,hubid=0,id=n$i"
-             -device "virtio-net-pci,netdev=n$i,addr=$(printf '0x%x' $((3 + i))),romfile=")
+             -device "virtio-net-pci,netdev=n$i,mac=$(mac "$i"),addr=$(printf '0x%x' $((3 + i))),romfile=")
 done
+
+# --link: the hub's one port to the outside, a UDP socket to the peer VM's
+# on the loopback. Not QEMU's stream netdev (TCP): through it ib_send_lat
+# took 23-25 ms a round trip against 0.4-1.8 ms over UDP (scripts/README.md),
+# and its client connects once, at start, so the VMs had to start in order.
+# Frames sent before the peer is up are lost, as on a cable.
+if [ -n "$LINK" ]; then
+  NIC_ARGS+=(-netdev "dgram,id=link,local.type=inet,local.host=$LINK_ADDR,local.port=$LINK_PORT,remote.type=inet,remote.host=$LINK_ADDR,remote.port=$LINK_PEER_PORT"
+             -netdev "hubport,hubid=0,id=linkport,netdev=link")
+fi
 
 # --k8s-api: QEMU user-mode networking restricted to explicit forwards.
 # guestfwd's cmd: form starts one socat per guest connection (a tcp: target
@@ -297,7 +348,7 @@ if [ -n "$K8S_API" ]; then
   printf '#!/bin/sh\nexec socat - TCP:127.0.0.1:%s\n' "$K8S_API" > "$WORK/apiserver-fwd"
   chmod 0755 "$WORK/apiserver-fwd"
   NIC_ARGS+=(-netdev "user,id=hostnet,restrict=on,guestfwd=tcp:10.0.2.100:6443-cmd:$WORK/apiserver-fwd,hostfwd=tcp:127.0.0.1:$KUBELET_PORT-:$KUBELET_PORT"
-             -device "virtio-net-pci,netdev=hostnet,addr=0x1f,romfile=")
+             -device "virtio-net-pci,netdev=hostnet,mac=$(mac "$NICS"),addr=0x1f,romfile=")
 fi
 
 # --disk: a virtio disk in the free PCI slot 2 (the guest's /dev/vda).
@@ -307,7 +358,7 @@ if [ -n "$DISK" ]; then
 fi
 
 LOG="$WORK/console.log"
-log "booting $VM_ABI ($VM_KVER) under TCG: $NICS NICs$([ "$RXE" = 1 ] || echo ' (no rxe)'), netns $NETNS_MODE${DISK:+, disk $DISK}, timeout ${TIMEOUT}s"
+log "booting $VM_ABI ($VM_KVER) under TCG: node $NODE, $NICS NICs$([ "$RXE" = 1 ] || echo ' (no rxe)'), netns $NETNS_MODE${DISK:+, disk $DISK}${LINK:+, link $LINK}, timeout ${TIMEOUT}s"
 start=$(date +%s)
 set +e
 # TCG, not KVM: KVM guests hang on this kind of host. panic=-1 plus -no-reboot
