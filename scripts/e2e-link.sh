@@ -27,8 +27,9 @@ log() { printf '[e2e-link] %s\n' "$*" >&2; }
 # L2 segment keeps the ARP set-up of a multi-NIC host honest.
 vm() {
   local node=$1 ports=$2
-  # A session of its own, so that a failure can stop the whole VM
-  # (vm-run.sh, timeout, qemu) by its process group.
+  # A session of its own, so that a failure can stop the whole VM by its
+  # session ID: vm-run.sh's `timeout` puts QEMU in a process group of its
+  # own, out of reach of a signal to vm-run.sh's group.
   setsid "$SCRIPTS_DIR/vm-run.sh" --node "$node" --nics 2 --timeout 900 \
     --link "127.0.0.1:$ports" --payload "$payload" \
     -- /payload/link-test.sh > "$out/node$node.log" 2>&1 &
@@ -39,13 +40,13 @@ pids=()
 # so that no QEMU outlives the run and holds its ports.
 stop_all() {
   local p i
-  for p in "${pids[@]}"; do kill -TERM -- "-$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do pkill -TERM -s "$p" || true; done
   for p in "${pids[@]}"; do
     for ((i = 0; i < 50; i++)); do
-      kill -0 -- "-$p" 2>/dev/null || continue 2
+      pgrep -s "$p" > /dev/null || continue 2
       sleep 0.2
     done
-    kill -KILL -- "-$p" 2>/dev/null || true
+    pkill -KILL -s "$p" || true
   done
 }
 trap stop_all EXIT
