@@ -124,9 +124,11 @@ K8S_DISK    := $(OUT)/k8s-node.img
 # 11-23 before TestTenants, which adds about 640 s (docs/kubernetes.md),
 # past vm-run.sh's default of 1200 s.
 K8S_FIRST_BOOT_TIMEOUT ?= 2400
-K8S_CLUSTER = $(OUT)/rdma-netns-k8s-cluster -bin-dir "$$K8S_BIN_DIR" -dir $(OUT)/k8s -guest-dir $(K8S_PAYLOAD)/k8s \
-	  -apiserver-port $(K8S_APISERVER_PORT) -etcd-port $(K8S_ETCD_PORT) -kubelet-port $(K8S_KUBELET_PORT) --
-K8S_VM      = $(VM_RUN) --memory 4096 --k8s-api $(K8S_APISERVER_PORT) --kubelet-port $(K8S_KUBELET_PORT) --payload $(K8S_PAYLOAD)
+K8S_CONTROL_PLANE = $(OUT)/rdma-netns-k8s-cluster -bin-dir "$$K8S_BIN_DIR" -dir $(OUT)/k8s -guest-dir $(K8S_PAYLOAD)/k8s \
+	  -apiserver-port $(K8S_APISERVER_PORT) -etcd-port $(K8S_ETCD_PORT) -kubelet-port $(K8S_KUBELET_PORT)
+K8S_CLUSTER = $(K8S_CONTROL_PLANE) --
+K8S_VM_ARGS = --memory 4096 --k8s-api $(K8S_APISERVER_PORT) --kubelet-port $(K8S_KUBELET_PORT) --payload $(K8S_PAYLOAD)
+K8S_VM      = $(VM_RUN) $(K8S_VM_ARGS)
 K8S_ENV     = eval "$$(scripts/k8s/build.sh --print-env)"
 
 # k8s-payload: the node's payload (the suite's, kubelet, the images, the
@@ -150,6 +152,25 @@ e2e-k8s: k8s-payload
 	$(K8S_CLUSTER) sh -c '$(K8S_VM) --timeout $(K8S_FIRST_BOOT_TIMEOUT) --disk $(K8S_DISK) -- "k8s.test $(E2E_FLAGS)$(if $(K8S_TESTS), -test.run '\''$(K8S_TESTS)'\'')" && \
 	  $(K8S_VM) --disk $(K8S_DISK) -- "k8s.test -k8s.boot reboot $(E2E_FLAGS) -test.run ^TestReboot$$"'; \
 	$(if $(K8S_NORDMA),$(K8S_CLUSTER) $(K8S_VM) --nics 3 --no-rxe -- 'k8s.test $(E2E_FLAGS) -test.run ^TestNoRDMA$$')
+
+## e2e-k8s-nodes: the cluster with two nodes, two VMs on one Ethernet
+## link (scripts/vm-pair.sh; UDP ports K8S_LINK_PORT and the next on
+## 127.0.0.1), each kubelet's port forwarded from its own 127.0.0.N, one
+## control plane: node 1 installs rdma-netns and Multus as the first boot
+## does and runs the two-node tests (e2e/k8s/twonode_test.go); node 2
+## (-k8s.boot join, on a disk of its own) is a node of the cluster until
+## node 1 stops it, and boots again on its disk when a test reboots it
+## (status 75).
+K8S_LINK_PORT ?= 13747
+K8S_NODE2_DISK := $(OUT)/k8s-node2.img
+K8S_NODES_TESTS = ^TestTwoNodes
+e2e-k8s-nodes: k8s-payload
+	@set -e; $(K8S_ENV); \
+	rm -f $(K8S_NODE2_DISK); truncate -s 4G $(K8S_NODE2_DISK); mkfs.ext4 -q -F $(K8S_NODE2_DISK); \
+	a="$(K8S_VM_ARGS) --nics 3 --timeout 1800"; \
+	$(K8S_CONTROL_PLANE) -nodes 2 -- scripts/vm-pair.sh --again 75 $(OUT)/k8s-nodes $(K8S_LINK_PORT) \
+	  "$$a -- 'k8s.test $(E2E_FLAGS) -k8s.nodes 2 -test.run $(K8S_NODES_TESTS)'" \
+	  "$$a --disk $(K8S_NODE2_DISK) -- 'k8s.test $(E2E_FLAGS) -k8s.nodes 2 -k8s.boot join'"
 
 ## e2e-k8s-oldest: the same rig on the oldest supported pair, versions.env's
 ## KUBERNETES_OLDEST_VERSION and CONTAINERD_OLDEST_VERSION (etcd, Multus
@@ -187,7 +208,7 @@ OLDEST_PREBUILD = mkdir -p $(OUT); exec 8>$(OLDEST_PREBUILD_LOCK); flock 8; \
 	  </dev/null >$(OLDEST_PREBUILD_LOG) 2>&1 & \
 	exec 8>&-; echo "[oldest-prebuild] the oldest pair builds in the background at nice 19 (log: $(OLDEST_PREBUILD_LOG))"
 
-.PHONY: k8s-payload e2e-k8s e2e-k8s-oldest
+.PHONY: k8s-payload e2e-k8s e2e-k8s-nodes e2e-k8s-oldest
 
 ## demo: the story as a user meets it, on the e2e-k8s cluster (same build,
 ## caches and ports): once the node is up, scripts/guest/demo.sh runs there

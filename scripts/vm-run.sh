@@ -12,8 +12,9 @@
 #
 # --k8s-api PORT adds a user-mode NIC on which the guest reaches exactly one
 # address, 10.0.2.100:6443, forwarded to the host's 127.0.0.1:PORT (the e2e
-# cluster's API server), and the host's 127.0.0.1:10250 (--kubelet-port)
-# reaches the guest's kubelet on the same port. Nothing else leaves the guest.
+# cluster's API server), and the host's 127.0.0.N:10250 (--kubelet-port;
+# N the --node) reaches the guest's kubelet on the same port. Nothing else
+# leaves the guest.
 #
 # --disk FILE attaches FILE (an ext4 image) as the node's disk: what a node
 # keeps across a reboot (DISK_DIRS below) lives there, and booting again on
@@ -341,13 +342,15 @@ if [ -n "$LINK" ]; then
              -netdev "hubport,hubid=0,id=linkport,netdev=link")
 fi
 
-# --k8s-api: QEMU user-mode networking restricted to explicit forwards.
+# --k8s-api: QEMU user-mode networking restricted to explicit forwards;
+# each node's kubelet port from an address of its own (the cluster names
+# node N by it), so that two nodes' forwards never collide.
 # guestfwd's cmd: form starts one socat per guest connection (a tcp: target
 # would be one connection that dies after the first request).
 if [ -n "$K8S_API" ]; then
   printf '#!/bin/sh\nexec socat - TCP:127.0.0.1:%s\n' "$K8S_API" > "$WORK/apiserver-fwd"
   chmod 0755 "$WORK/apiserver-fwd"
-  NIC_ARGS+=(-netdev "user,id=hostnet,restrict=on,guestfwd=tcp:10.0.2.100:6443-cmd:$WORK/apiserver-fwd,hostfwd=tcp:127.0.0.1:$KUBELET_PORT-:$KUBELET_PORT"
+  NIC_ARGS+=(-netdev "user,id=hostnet,restrict=on,guestfwd=tcp:10.0.2.100:6443-cmd:$WORK/apiserver-fwd,hostfwd=tcp:127.0.0.$NODE:$KUBELET_PORT-:$KUBELET_PORT"
              -device "virtio-net-pci,netdev=hostnet,mac=$(mac "$NICS"),addr=0x1f,romfile=")
 fi
 

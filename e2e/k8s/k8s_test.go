@@ -44,11 +44,13 @@ var (
 // boot is which boot of the node this run is (make e2e-k8s boots it twice
 // on one disk, zz_reboot_test.go).
 var boot = flag.String("k8s.boot", bootFirst, bootFirst+": a new node, rdma-netns installed as the README says and Multus set up; "+
-	bootReboot+": the node of a first boot booted again on its disk (vm-run.sh --disk), nothing installed")
+	bootReboot+": the node of a first boot booted again on its disk (vm-run.sh --disk), nothing installed; "+
+	bootJoin+": a further node (vm-run.sh --node 2..) joining the first node's cluster, serving the first node's tests until they stop it (twonode_test.go)")
 
 const (
 	bootFirst  = "first"
 	bootReboot = "reboot"
+	bootJoin   = "join"
 )
 
 func TestMain(m *testing.M) {
@@ -85,6 +87,18 @@ func run(m *testing.M) int {
 	if cs, err = kubernetes.NewForConfig(restCfg); err != nil {
 		return fail("client", err)
 	}
+	if *nodes > 1 {
+		if err := setupMgmt(); err != nil {
+			return fail("management network", err)
+		}
+	}
+	if *boot == bootJoin {
+		// What the first node's tests will schedule here, in place before
+		// kubelet registers: a pull would fail (no registry) and back off.
+		if err := prepareJoin(); err != nil {
+			return fail("join", err)
+		}
+	}
 	if kubelet, err = node.StartKubelet(); err != nil {
 		return fail("kubelet", err)
 	}
@@ -101,6 +115,11 @@ func run(m *testing.M) int {
 	if *boot == bootReboot {
 		return runRebooted(m)
 	}
+	if *boot == bootJoin {
+		return runJoined()
+	}
+	// The other nodes serve until this one's tests are done.
+	defer stopNodes()
 	// The node registers NotReady: its default network (conf/containerd's
 	// net.d) chains rdma-netns, which is not installed yet. The DaemonSet
 	// runs anyway (host network, and it tolerates the not-ready taint) and
@@ -185,32 +204,35 @@ func install() error {
 	return nil
 }
 
-// waitDaemonSetPod waits for the DaemonSet to have one pod, Ready, whose
-// containers run image (any if ""), and returns it. After an upgrade the
-// old pod is gone first (the DaemonSet replaces it).
+// waitDaemonSetPod waits for the DaemonSet to have one pod on each node,
+// every one Ready, whose containers run image (any if ""), and returns
+// this node's. After an upgrade the old pods are gone first (the
+// DaemonSet replaces them).
 func waitDaemonSetPod(ctx context.Context, image string) (*corev1.Pod, error) {
 	var last string
 	var ready *corev1.Pod
-	err := cririg.Wait(4*time.Minute, "the DaemonSet's pod Ready", func() (bool, error) {
+	err := cririg.Wait(4*time.Minute, "the DaemonSet's pods Ready", func() (bool, error) {
 		pods, err := cs.CoreV1().Pods(dsNamespace).List(ctx, metav1.ListOptions{LabelSelector: dsSelector})
-		if err != nil || len(pods.Items) != 1 {
-			last = fmt.Sprintf("%d pods (%v)", len(pods.Items), err)
+		if err != nil || len(pods.Items) != *nodes {
+			last = fmt.Sprintf("%d pods, want %d (%v)", len(pods.Items), *nodes, err)
 			return false, nil
 		}
-		p := pods.Items[0]
-		last = fmt.Sprintf("%s: %s %+v", p.Name, p.Status.Phase, p.Status.ContainerStatuses)
-		for _, c := range p.Spec.Containers {
-			if image != "" && c.Image != image {
+		ready = nil
+		for _, p := range pods.Items {
+			last = fmt.Sprintf("%s on %s: %s %+v", p.Name, p.Spec.NodeName, p.Status.Phase, p.Status.ContainerStatuses)
+			for _, c := range p.Spec.Containers {
+				if image != "" && c.Image != image {
+					return false, nil
+				}
+			}
+			if !podReady(&p) {
 				return false, nil
 			}
-		}
-		for _, c := range p.Status.Conditions {
-			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+			if p.Spec.NodeName == node.Name {
 				ready = &p
-				return true, nil
 			}
 		}
-		return false, nil
+		return ready != nil, nil
 	})
 	if err != nil {
 		pods, _ := cs.CoreV1().Pods(dsNamespace).List(ctx, metav1.ListOptions{LabelSelector: dsSelector})
@@ -262,14 +284,19 @@ func setupMultus() error {
 		c, cancel := context.WithTimeout(ctx, 20*time.Second)
 		defer cancel()
 		pods, err := cs.CoreV1().Pods(dsNamespace).List(c, metav1.ListOptions{LabelSelector: multusSelector})
-		if err != nil || len(pods.Items) != 1 {
-			last = fmt.Sprintf("%d pods (%v)", len(pods.Items), err)
+		if err != nil || len(pods.Items) != *nodes {
+			last = fmt.Sprintf("%d pods, want %d (%v)", len(pods.Items), *nodes, err)
 			return false, nil
 		}
-		p := pods.Items[0]
-		last = fmt.Sprintf("%s: %s init %+v containers %+v", p.Name, p.Status.Phase, p.Status.InitContainerStatuses, p.Status.ContainerStatuses)
+		for _, p := range pods.Items {
+			last = fmt.Sprintf("%s on %s: %s init %+v containers %+v", p.Name, p.Spec.NodeName, p.Status.Phase, p.Status.InitContainerStatuses, p.Status.ContainerStatuses)
+			if !podReady(&p) {
+				return false, nil
+			}
+		}
+		// Other nodes' conf: the two-node test asks them (nodeHost).
 		conf, _ := os.ReadFile(node.MultusConf)
-		return podReady(&p) && strings.Contains(string(conf), `"multus-shim"`), nil
+		return strings.Contains(string(conf), `"multus-shim"`), nil
 	})
 	if err != nil {
 		// What the node did meanwhile: the pod's events, the daemon's log,
@@ -297,10 +324,10 @@ func podReady(p *corev1.Pod) bool {
 	return false
 }
 
-// multusLog is the log of Multus's daemon (what `kubectl logs` shows,
-// through the API server and kubelet).
+// multusLog is the log of this node's Multus daemon (what `kubectl logs`
+// shows, through the API server and kubelet).
 func multusLog(ctx context.Context) string {
-	pods, err := cs.CoreV1().Pods(dsNamespace).List(ctx, metav1.ListOptions{LabelSelector: multusSelector})
+	pods, err := cs.CoreV1().Pods(dsNamespace).List(ctx, metav1.ListOptions{LabelSelector: multusSelector, FieldSelector: "spec.nodeName=" + node.Name})
 	if err != nil || len(pods.Items) != 1 {
 		return fmt.Sprintf("no Multus daemon pod (%v)", err)
 	}

@@ -83,32 +83,59 @@ func PingPongBetween(ctx context.Context, srv, cli Peer, size, iters int) (PingP
 }
 
 // WriteBWBetween runs ib_write_bw (iters RDMA WRITEs of size bytes) from
-// cli into srv's memory and returns the client's figures. perftest
-// calibrates its clock at start, which sometimes fails under the VM's
-// emulated CPU ("Correlation coefficient r^2", 0 MB/s although every write
-// completed): such a run is repeated, twice at most.
+// cli into srv's memory and returns the client's figures.
 func WriteBWBetween(ctx context.Context, srv, cli Peer, size, iters int) (WriteBW, error) {
+	out, err := perftestBetween(ctx, srv, cli, WriteBWArgs(srv.Dev, size, iters, ""), WriteBWArgs(cli.Dev, size, iters, srv.IP))
+	if err != nil {
+		return WriteBW{}, err
+	}
+	bw, err := ParseWriteBW(out)
+	if err != nil {
+		return bw, err
+	}
+	if bw.Iters != iters || bw.Bytes != size {
+		return bw, fmt.Errorf("ib_write_bw: %d iterations of %d bytes, want %d of %d:\n%s", bw.Iters, bw.Bytes, iters, size, out)
+	}
+	return bw, nil
+}
+
+// SendLatBetween runs ib_send_lat (iters round trips of RC sends of size
+// bytes) between cli and srv and returns the client's figures.
+func SendLatBetween(ctx context.Context, srv, cli Peer, size, iters int) (SendLat, error) {
+	out, err := perftestBetween(ctx, srv, cli, SendLatArgs(srv.Dev, size, iters, ""), SendLatArgs(cli.Dev, size, iters, srv.IP))
+	if err != nil {
+		return SendLat{}, err
+	}
+	lat, err := ParseSendLat(out)
+	if err != nil {
+		return lat, err
+	}
+	if lat.Iters != iters || lat.Bytes != size {
+		return lat, fmt.Errorf("ib_send_lat: %d iterations of %d bytes, want %d of %d:\n%s", lat.Iters, lat.Bytes, iters, size, out)
+	}
+	return lat, nil
+}
+
+// perftestBetween runs a perftest tool's server in srv and its client in
+// cli and returns the client's output. perftest calibrates its clock at
+// start, which sometimes fails under the VM's emulated CPU ("Correlation
+// coefficient r^2", 0 MB/s although every write completed): such a run is
+// repeated, twice at most.
+func perftestBetween(ctx context.Context, srv, cli Peer, srvArgs, cliArgs []string) (string, error) {
 	for try := 0; ; try++ {
-		wait, err := serve(ctx, srv, WriteBWArgs(srv.Dev, size, iters, ""))
+		wait, err := serve(ctx, srv, srvArgs)
 		if err != nil {
-			return WriteBW{}, err
+			return "", err
 		}
-		co, ce, cerr := cli.Run(ctx, VerbsTimeout, WriteBWArgs(cli.Dev, size, iters, srv.IP)...)
+		co, ce, cerr := cli.Run(ctx, VerbsTimeout, cliArgs...)
 		sout, serr := wait()
 		out := co + ce
 		if cerr != nil || serr != nil {
-			return WriteBW{}, fmt.Errorf("ib_write_bw %s -> %s: client: %v\n%s\nserver: %v\n%s", cli.Dev, srv.Dev, cerr, out, serr, sout)
+			return "", fmt.Errorf("%s %s -> %s: client: %v\n%s\nserver: %v\n%s", cliArgs[0], cli.Dev, srv.Dev, cerr, out, serr, sout)
 		}
 		if strings.Contains(out, "Correlation coefficient r^2") && try < 2 {
 			continue
 		}
-		bw, err := ParseWriteBW(out)
-		if err != nil {
-			return bw, err
-		}
-		if bw.Iters != iters || bw.Bytes != size {
-			return bw, fmt.Errorf("ib_write_bw: %d iterations of %d bytes, want %d of %d:\n%s", bw.Iters, bw.Bytes, iters, size, out)
-		}
-		return bw, nil
+		return out, nil
 	}
 }

@@ -254,6 +254,47 @@ func WriteBWArgs(dev string, size, iters int, server string) []string {
 	return argv
 }
 
+// SendLat is what ib_send_lat's client reports.
+type SendLat struct {
+	Bytes       int
+	Iters       int
+	MinUsec     float64
+	MaxUsec     float64
+	TypicalUsec float64
+	Output      string // all the tool printed
+}
+
+// latLine is ib_send_lat's result line: bytes, iterations, t_min, t_max,
+// t_typical, then averages and percentiles.
+var latLine = regexp.MustCompile(`(?m)^\s*(\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+[\d.]+`)
+
+// ParseSendLat reads ib_send_lat's result line.
+func ParseSendLat(out string) (SendLat, error) {
+	m := latLine.FindStringSubmatch(out)
+	if m == nil {
+		return SendLat{}, fmt.Errorf("no ib_send_lat result in:\n%s", out)
+	}
+	var r SendLat
+	r.Bytes, _ = strconv.Atoi(m[1])
+	r.Iters, _ = strconv.Atoi(m[2])
+	r.MinUsec, _ = strconv.ParseFloat(m[3], 64)
+	r.MaxUsec, _ = strconv.ParseFloat(m[4], 64)
+	r.TypicalUsec, _ = strconv.ParseFloat(m[5], 64)
+	r.Output = out
+	return r, nil
+}
+
+// SendLatArgs is ib_send_lat's command line (server as for
+// PingPongArgs), in iteration mode as WriteBWArgs.
+func SendLatArgs(dev string, size, iters int, server string) []string {
+	argv := []string{"ib_send_lat", "-d", dev, "-x", RoCEv2GID, "-F",
+		"-s", strconv.Itoa(size), "-n", strconv.Itoa(iters)}
+	if server != "" {
+		argv = append(argv, server)
+	}
+	return argv
+}
+
 // RunWriteBW runs ib_write_bw (RDMA writes of size bytes, iters of them)
 // from client to server and returns the client's figures.
 //

@@ -34,7 +34,7 @@ func loadCert(t *testing.T, path string) *x509.Certificate {
 // authorizer expect.
 func TestPKI(t *testing.T) {
 	dir := t.TempDir()
-	if err := writePKI(dir); err != nil {
+	if err := writePKI(dir, 2); err != nil {
 		t.Fatal(err)
 	}
 	roots := x509.NewCertPool()
@@ -46,7 +46,8 @@ func TestPKI(t *testing.T) {
 		}
 	}
 	for name, want := range map[string][2]string{
-		"kubelet":            {"system:node:" + NodeName, "system:nodes"},
+		"kubelet":            {"system:node:localhost", "system:nodes"},
+		"kubelet-2":          {"system:node:127.0.0.2", "system:nodes"},
 		"admin":              {"kubernetes-admin", "system:masters"},
 		"controller-manager": {"system:kube-controller-manager", ""},
 		"scheduler":          {"system:kube-scheduler", ""},

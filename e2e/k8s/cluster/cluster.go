@@ -30,14 +30,14 @@ import (
 
 // The addresses the guest uses: vm-run.sh's user-mode NIC forwards
 // GuestAPIServer to the host's API server port, and the host's
-// 127.0.0.1:KubeletPort to the guest's kubelet (exec, logs): kubelet
+// 127.0.0.N:KubeletPort to node N's kubelet (exec, logs): kubelet
 // listens on the same port in the guest and reports it in the Node's
-// status, which is where the API server takes the port from. The node is
-// named localhost, and the API server prefers the Hostname address, so it
-// dials localhost:KubeletPort (kubelet refuses a loopback --node-ip).
+// status, which is where the API server takes the port from. The first
+// node is named localhost, and the API server prefers the Hostname
+// address, so it dials localhost:KubeletPort (kubelet refuses a loopback
+// --node-ip); further nodes are named by their address (NodeName).
 const (
 	GuestAPIServer = "10.0.2.100:6443"
-	NodeName       = "localhost"
 	ServiceCIDR    = "10.96.0.0/16"
 	// serviceIP is the kubernetes Service's address, the first of ServiceCIDR.
 	serviceIP = "10.96.0.1"
@@ -56,6 +56,46 @@ type Config struct {
 	// in the guest; written to GuestDir/kubelet-port for the node. Distinct
 	// ports let two suites run side by side on one machine.
 	KubeletPort int
+	// Nodes is how many nodes (VMs) join the cluster (0 is 1): each gets
+	// its kubelet identity, KubeletConf(n) in GuestDir, and its kubelet
+	// port forwarded from KubeletAddr(n).
+	Nodes int
+}
+
+// NodeName is node n's name (1 for the first). The API server dials a
+// node by its name (the Hostname address kubelet reports), and nodes
+// after the first are named by the loopback address their kubelet's port
+// is forwarded from: an address resolves to itself, and the host's
+// /etc/hosts stays untouched.
+func NodeName(n int) string {
+	if n <= 1 {
+		return FirstNodeName
+	}
+	return KubeletAddr(n)
+}
+
+// FirstNodeName is the first node's name, localhost, which the suite's
+// one-node runs and the README's examples use.
+const FirstNodeName = "localhost"
+
+// KubeletAddr is the host address node n's kubelet port is forwarded
+// from (vm-run.sh --node n --k8s-api): 127.0.0.n.
+func KubeletAddr(n int) string {
+	return fmt.Sprintf("127.0.0.%d", max(n, 1))
+}
+
+// KubeletConf is the file name, in GuestDir, of node n's kubelet
+// kubeconfig (its client certificate names the node).
+func KubeletConf(n int) string {
+	if n <= 1 {
+		return "kubelet.conf"
+	}
+	return fmt.Sprintf("kubelet-%d.conf", n)
+}
+
+// kubeletCert is the name of node n's kubelet client certificate in the PKI.
+func kubeletCert(n int) string {
+	return strings.TrimSuffix(KubeletConf(n), ".conf")
 }
 
 // DefaultKubeletPort is kubelet's usual port.
@@ -84,8 +124,17 @@ func Start(cfg Config) (*ControlPlane, error) {
 	if cfg.KubeletPort == 0 {
 		cfg.KubeletPort = DefaultKubeletPort
 	}
-	for _, p := range []int{cfg.APIServerPort, cfg.EtcdPort, cfg.EtcdPort + 1, cfg.KubeletPort} {
-		if err := portFree(p); err != nil {
+	cfg.Nodes = max(cfg.Nodes, 1)
+	if cfg.Nodes > 200 {
+		return nil, fmt.Errorf("%d nodes: at most 200 (vm-run.sh --node)", cfg.Nodes)
+	}
+	for _, p := range []int{cfg.APIServerPort, cfg.EtcdPort, cfg.EtcdPort + 1} {
+		if err := portFree("127.0.0.1", p); err != nil {
+			return nil, err
+		}
+	}
+	for n := 1; n <= cfg.Nodes; n++ {
+		if err := portFree(KubeletAddr(n), cfg.KubeletPort); err != nil {
 			return nil, err
 		}
 	}
@@ -98,19 +147,22 @@ func Start(cfg Config) (*ControlPlane, error) {
 			return nil, err
 		}
 	}
-	if err := writePKI(pki); err != nil {
+	if err := writePKI(pki, cfg.Nodes); err != nil {
 		return nil, fmt.Errorf("certificates: %v", err)
 	}
 	cp := &ControlPlane{cfg: cfg, Admin: filepath.Join(cfg.Dir, "admin.conf")}
 	host := fmt.Sprintf("https://127.0.0.1:%d", cfg.APIServerPort)
 	guest := "https://" + GuestAPIServer
-	for _, kc := range []struct{ path, server, cert string }{
+	kubeconfigs := []struct{ path, server, cert string }{
 		{cp.Admin, host, "admin"},
 		{filepath.Join(cfg.Dir, "controller-manager.conf"), host, "controller-manager"},
 		{filepath.Join(cfg.Dir, "scheduler.conf"), host, "scheduler"},
-		{filepath.Join(cfg.GuestDir, "kubelet.conf"), guest, "kubelet"},
 		{filepath.Join(cfg.GuestDir, "admin.conf"), guest, "admin"},
-	} {
+	}
+	for n := 1; n <= cfg.Nodes; n++ {
+		kubeconfigs = append(kubeconfigs, struct{ path, server, cert string }{filepath.Join(cfg.GuestDir, KubeletConf(n)), guest, kubeletCert(n)})
+	}
+	for _, kc := range kubeconfigs {
 		if err := writeKubeconfig(kc.path, kc.server, pki, kc.cert); err != nil {
 			return nil, fmt.Errorf("kubeconfig %s: %v", kc.path, err)
 		}
@@ -216,7 +268,9 @@ func (cp *ControlPlane) controllerManagerArgs(pki string) []string {
 	}
 }
 
-func writePKI(dir string) error {
+// writePKI writes the CA and every certificate, a kubelet's for each of
+// nodes.
+func writePKI(dir string, nodes int) error {
 	ca, err := newAuthority()
 	if err != nil {
 		return err
@@ -235,7 +289,9 @@ func writePKI(dir string) error {
 		"admin":                    {cn: "kubernetes-admin", orgs: []string{"system:masters"}},
 		"controller-manager":       {cn: "system:kube-controller-manager"},
 		"scheduler":                {cn: "system:kube-scheduler"},
-		"kubelet":                  {cn: "system:node:" + NodeName, orgs: []string{"system:nodes"}},
+	}
+	for n := 1; n <= max(nodes, 1); n++ {
+		leaves[kubeletCert(n)] = leaf{cn: "system:node:" + NodeName(n), orgs: []string{"system:nodes"}}
 	}
 	for name, l := range leaves {
 		if err := ca.writeSigned(dir, name, l); err != nil {
@@ -389,10 +445,10 @@ func CPUTime(pid int) (time.Duration, error) {
 	return time.Duration(utime+stime) * 10 * time.Millisecond, nil
 }
 
-func portFree(port int) error {
-	l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+func portFree(addr string, port int) error {
+	l, err := net.Listen("tcp", net.JoinHostPort(addr, strconv.Itoa(port)))
 	if err != nil {
-		return fmt.Errorf("port 127.0.0.1:%d is taken (%v): stop what listens there or choose other ports", port, err)
+		return fmt.Errorf("port %s:%d is taken (%v): stop what listens there or choose other ports", addr, port, err)
 	}
 	return l.Close()
 }

@@ -1,7 +1,9 @@
 // Package node runs the e2e cluster's node in the test VM: containerd as
-// e2e/cri/cririg sets it up, and kubelet, named localhost, registered with
-// the API server on the host (package cluster) through the VM's user-mode
-// NIC. It only works inside the test VM booted with vm-run.sh --k8s-api.
+// e2e/cri/cririg sets it up, and kubelet, named localhost (the first
+// node) or by its address (cluster.NodeName), registered with the API
+// server on the host (package cluster) through the VM's user-mode NIC. It
+// only works inside the test VM booted with vm-run.sh --k8s-api; which
+// node the VM is comes from vm-run.sh --node (VM_NODE in /etc/vm.conf).
 package node
 
 import (
@@ -30,8 +32,6 @@ const (
 	KubeletBin = "/usr/local/bin/kubelet"
 	// NodeIP is the guest's address on the user-mode NIC (vm-run.sh).
 	NodeIP = "10.0.2.15"
-	// Name is the node's name (cluster.NodeName).
-	Name = "localhost"
 	// AdminKubeconfig is an admin's kubeconfig for the tests.
 	AdminKubeconfig = ConfDir + "/admin.conf"
 	// RDMALabelKey and RDMALabelValue are the label the chart's DaemonSet
@@ -42,6 +42,32 @@ const (
 	RDMALabelKey   = "feature.node.kubernetes.io/rdma.capable"
 	RDMALabelValue = "true"
 )
+
+// Number is which node this VM is (vm-run.sh --node), Name its name and
+// ClusterSubnet its pods' cluster network (eth0), one /24 of 10.244.0.0/16
+// per node as a cluster's pod CIDR allocation would give.
+var (
+	Number        = vmNode()
+	Name          = cluster.NodeName(Number)
+	ClusterSubnet = fmt.Sprintf("10.244.%d.0/24", Number-1)
+)
+
+// vmNode reads VM_NODE from the guest's /etc/vm.conf (1 when absent, as
+// vm-run.sh's default).
+func vmNode() int {
+	data, err := os.ReadFile("/etc/vm.conf")
+	if err != nil {
+		return 1
+	}
+	for _, l := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(l, "VM_NODE="); ok {
+			if n, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && n >= 1 {
+				return n
+			}
+		}
+	}
+	return 1
+}
 
 // UsernsHandler is the node's runtime handler for user-namespaced pods
 // (hostUsers: false), runc at versions.env's RUNC_VERSION
@@ -160,10 +186,11 @@ func StartKubelet() (*Kubelet, error) {
 	k.cmd = exec.Command(KubeletBin,
 		"--config", cfg,
 		"--port", port,
-		"--kubeconfig", filepath.Join(ConfDir, "kubelet.conf"),
+		"--kubeconfig", filepath.Join(ConfDir, cluster.KubeletConf(Number)),
 		"--hostname-override", Name,
-		// kubelet refuses a loopback node IP; the API server reaches it as
-		// "localhost" (the host's 127.0.0.1:<port>, forwarded here).
+		// kubelet refuses a loopback node IP; the API server reaches it by
+		// its name, "localhost" or 127.0.0.N (the host's <addr>:<port>,
+		// forwarded here).
 		"--node-ip", NodeIP,
 		// A kubelet may set labels of the node.kubernetes.io namespace
 		// and its subdomains on its own node (NodeRestriction allows them).
@@ -254,8 +281,6 @@ func ImportImage(archive string) error {
 // node's primary network, which Multus's daemon finds and delegates eth0 to.
 const (
 	ClusterNetworkConf = "/etc/cni/net.d/10-cluster.conflist"
-	// ClusterSubnet is the pods' cluster network (eth0).
-	ClusterSubnet = "10.244.0.0/24"
 	// MultusConf is the configuration Multus's daemon generates
 	// (multusConfigFile: auto) from the primary network: containerd then
 	// runs multus-shim for every pod.
@@ -266,14 +291,14 @@ const clusterNetwork = `{
   "cniVersion": "1.0.0",
   "name": "cluster",
   "plugins": [
-    {"type": "ptp", "ipam": {"type": "host-local", "subnet": "` + ClusterSubnet + `"}}
+    {"type": "ptp", "ipam": {"type": "host-local", "subnet": %q}}
   ]
 }
 `
 
 // InstallClusterNetwork writes the cluster network's configuration.
 func InstallClusterNetwork() error {
-	return os.WriteFile(ClusterNetworkConf, []byte(clusterNetwork), 0o644)
+	return os.WriteFile(ClusterNetworkConf, []byte(fmt.Sprintf(clusterNetwork, ClusterSubnet)), 0o644)
 }
 
 // The kubernetes Service as the node's host-network pods reach it

@@ -28,7 +28,8 @@ func main() {
 	flag.StringVar(&cfg.GuestDir, "guest-dir", "", "where to write the node's kubeconfigs and CA (part of the VM payload)")
 	flag.IntVar(&cfg.APIServerPort, "apiserver-port", 16443, "the API server's port on 127.0.0.1")
 	flag.IntVar(&cfg.EtcdPort, "etcd-port", 12379, "etcd's client port on 127.0.0.1 (the peer port is the next)")
-	flag.IntVar(&cfg.KubeletPort, "kubelet-port", cluster.DefaultKubeletPort, "kubelet's port, in the guest and forwarded from the host's 127.0.0.1 (vm-run.sh --kubelet-port)")
+	flag.IntVar(&cfg.KubeletPort, "kubelet-port", cluster.DefaultKubeletPort, "kubelet's port, in the guest and forwarded from the host's 127.0.0.N for node N (vm-run.sh --kubelet-port)")
+	flag.IntVar(&cfg.Nodes, "nodes", 1, "how many nodes (VMs, vm-run.sh --node 1..N) join: each gets its kubelet identity")
 	flag.Parse()
 	if cfg.BinDir == "" || cfg.GuestDir == "" || flag.NArg() == 0 {
 		fmt.Fprintln(os.Stderr, "usage: rdma-netns-k8s-cluster -bin-dir DIR -guest-dir DIR [-dir DIR] -- CMD [ARGS...]")

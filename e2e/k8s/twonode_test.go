@@ -1,0 +1,362 @@
+//go:build e2e
+
+package k8s
+
+// The two-node cluster (make e2e-k8s's two-node boot, scripts/vm-pair.sh):
+// node 1 runs the tests, node 2 (-k8s.boot join) is a node of the same
+// cluster whose rxe NICs share an Ethernet link with node 1's. What the
+// tests need of node 2 beyond the API (which devices and NICs its own
+// netns holds, a reboot) they ask its agent, over a management address on
+// eth0, as an operator would ssh to the node.
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/rdma-netns/rdma-netns/e2e/cri/cririg"
+	"github.com/rdma-netns/rdma-netns/e2e/internal/rig"
+	"github.com/rdma-netns/rdma-netns/e2e/k8s/cluster"
+	"github.com/rdma-netns/rdma-netns/e2e/k8s/node"
+)
+
+var nodes = flag.Int("k8s.nodes", 1, "how many nodes the cluster has: 2 in make e2e-k8s's two-node boot, where node 1 runs the tests and node 2 boots with -k8s.boot join")
+
+const (
+	// mgmtNIC carries the nodes' management addresses, mgmtIP(n); the
+	// pods' RDMA NIC is twoNodeNIC.
+	mgmtNIC   = "eth0"
+	mgmtPort  = 7070
+	mgmtOwner = "the two-node rig's agent"
+	// exitReboot is node 2's exit status when asked to reboot: vm-pair.sh
+	// --again (Makefile) boots it again on its disk.
+	exitReboot = 75
+	// twoNodeNIC is the NIC the NAD names (overlays/nad-renamed) and
+	// twoNodeDev its RDMA device on every node VM (vm-run.sh's layout), which
+	// the pods see renamed to twoNodeName.
+	twoNodeNIC     = "eth1"
+	twoNodeDev     = "rxe1"
+	twoNodeName    = "rdma_net1"
+	twoNodeNetwork = "rdma-net-renamed"
+)
+
+// mgmtIP is node n's management address.
+func mgmtIP(n int) string { return fmt.Sprintf("10.99.0.%d", n) }
+
+// setupMgmt puts this node's management address on mgmtNIC (up since
+// /init), which shares the link with the other nodes' NICs.
+func setupMgmt() error {
+	l, err := netlink.LinkByName(mgmtNIC)
+	if err != nil {
+		return err
+	}
+	a, err := netlink.ParseAddr(mgmtIP(node.Number) + "/24")
+	if err != nil {
+		return err
+	}
+	if err := netlink.AddrReplace(l, a); err != nil {
+		return fmt.Errorf("address %s on %s: %v", a, mgmtNIC, err)
+	}
+	return nil
+}
+
+// prepareJoin imports what the first node's tests schedule on this node
+// (the DaemonSets' images; the tools image came with containerd) and
+// writes the pods' cluster network, as node 1's install and setupMultus
+// do for it.
+func prepareJoin() error {
+	for _, img := range []string{"rdma-netns-image.tar", "multus-image.tar"} {
+		if err := node.ImportImage(node.ManifestDir + "/" + img); err != nil {
+			return err
+		}
+	}
+	return node.InstallClusterNetwork()
+}
+
+// nodeNetns is what a node's own netns holds, as its agent reports it.
+type nodeNetns struct {
+	Node   string   `json:"node"`
+	RDMA   []string `json:"rdma"`
+	Links  []string `json:"links"`
+	Multus bool     `json:"multus"` // Multus's daemon wrote its conf here
+}
+
+func readNodeNetns() (nodeNetns, error) {
+	devs, err := rig.RDMAIn("")
+	if err != nil {
+		return nodeNetns{}, err
+	}
+	links, err := rig.NetdevsIn("")
+	if err != nil {
+		return nodeNetns{}, err
+	}
+	conf, _ := os.ReadFile(node.MultusConf)
+	return nodeNetns{Node: node.Name, RDMA: devs, Links: links, Multus: strings.Contains(string(conf), `"multus-shim"`)}, nil
+}
+
+// runJoined serves the agent until node 1 asks this node to stop (0) or
+// to reboot (exitReboot: nothing is stopped, as in `reboot -f`; vm-run.sh's
+// /init syncs the disk and powers off).
+func runJoined() int {
+	done := make(chan int, 1)
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /host", func(w http.ResponseWriter, _ *http.Request) {
+		st, err := readNodeNetns()
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		_ = json.NewEncoder(w).Encode(st)
+	})
+	for path, rc := range map[string]int{"POST /stop": 0, "POST /reboot": exitReboot} {
+		mux.HandleFunc(path, func(w http.ResponseWriter, _ *http.Request) {
+			fmt.Fprintln(w, "ok")
+			select {
+			case done <- rc:
+			default:
+			}
+		})
+	}
+	addr := net.JoinHostPort(mgmtIP(node.Number), strconv.Itoa(mgmtPort))
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", mgmtOwner, err)
+		return 1
+	}
+	go func() { _ = http.Serve(ln, mux) }()
+	fmt.Printf("node %s (node %d) joined; %s on %s\n", node.Name, node.Number, mgmtOwner, addr)
+	rc := <-done
+	// The answer goes out before the agent does.
+	time.Sleep(200 * time.Millisecond)
+	if rc == exitReboot {
+		fmt.Printf("node %s: rebooting (kubelet, containerd and the pods are not stopped)\n", node.Name)
+		os.Exit(exitReboot)
+	}
+	fmt.Printf("node %s: stopped by node 1\n", node.Name)
+	return 0
+}
+
+// agent sends a request to node n's agent.
+func agent(ctx context.Context, n int, method, path string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, method, fmt.Sprintf("http://%s:%d%s", mgmtIP(n), mgmtPort, path), nil)
+	if err != nil {
+		return nil, err
+	}
+	return (&http.Client{Timeout: 20 * time.Second}).Do(req)
+}
+
+// nodeHost is what node n's own netns holds.
+func nodeHost(ctx context.Context, n int) (nodeNetns, error) {
+	resp, err := agent(ctx, n, http.MethodGet, "/host")
+	if err != nil {
+		return nodeNetns{}, err
+	}
+	defer resp.Body.Close()
+	var st nodeNetns
+	if resp.StatusCode != http.StatusOK {
+		return st, fmt.Errorf("%s of node %d: %s", mgmtOwner, n, resp.Status)
+	}
+	return st, json.NewDecoder(resp.Body).Decode(&st)
+}
+
+// stopNodes tells the other nodes the tests are done.
+func stopNodes() {
+	for n := 2; n <= *nodes; n++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		resp, err := agent(ctx, n, http.MethodPost, "/stop")
+		cancel()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "stop node %d: %v\n", n, err)
+			continue
+		}
+		resp.Body.Close()
+	}
+}
+
+// waitNodeHome waits until node n's netns holds dev and nic again.
+func waitNodeHome(t *testing.T, n int, dev, nic string) {
+	t.Helper()
+	var last nodeNetns
+	var lastErr error
+	err := cririg.Wait(time.Minute, fmt.Sprintf("%s and %s home on node %d", dev, nic, n), func() (bool, error) {
+		last, lastErr = nodeHost(ctx(t), n)
+		return lastErr == nil && rig.Contains(last.RDMA, dev) && rig.Contains(last.Links, nic), nil
+	})
+	if err != nil {
+		t.Fatalf("%v: node %d has RDMA %v, links %v (%v)", err, n, last.RDMA, last.Links, lastErr)
+	}
+}
+
+// waitJoined waits for node n to be Ready with Multus's conf written.
+func waitJoined(t *testing.T, n int) {
+	t.Helper()
+	name := cluster.NodeName(n)
+	var last string
+	err := cririg.Wait(4*time.Minute, "node "+name+" Ready with Multus", func() (bool, error) {
+		nd, err := cs.CoreV1().Nodes().Get(ctx(t), name, metav1.GetOptions{})
+		if err != nil {
+			last = err.Error()
+			return false, nil
+		}
+		ready := false
+		for _, c := range nd.Status.Conditions {
+			ready = ready || c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue
+		}
+		st, err := nodeHost(ctx(t), n)
+		last = fmt.Sprintf("Ready %v, agent %+v (%v)", ready, st, err)
+		return ready && err == nil && st.Multus, nil
+	})
+	if err != nil {
+		t.Fatalf("%v: %s", err, last)
+	}
+}
+
+// A worker of a job across nodes: one pod per node on the same NAD.
+type spanWorker struct {
+	name string
+	node int
+	ip   string // its net1 address, which it names in its network selection
+}
+
+func (w spanWorker) peer() rig.Peer {
+	return rig.Peer{Run: execRunner(workersNS, w.name, "worker"), Dev: twoNodeName, IP: w.ip}
+}
+
+// spanWorkerPod is a worker as a job's pod template makes it: the tools
+// image, on node w.node (nodeSelector, through the scheduler), its network
+// and address in the Multus annotation, no privilege and every capability
+// dropped (the NRI plugin gives its container the verbs device nodes and
+// memlock).
+func spanWorkerPod(w spanWorker) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: w.name, Namespace: workersNS, Annotations: map[string]string{
+			"k8s.v1.cni.cncf.io/networks": fmt.Sprintf(`[{"name":%q,"ips":["%s/24"]}]`, twoNodeNetwork, w.ip),
+		}},
+		Spec: corev1.PodSpec{
+			RestartPolicy:                 corev1.RestartPolicyNever,
+			TerminationGracePeriodSeconds: new(int64(1)),
+			NodeSelector:                  map[string]string{"kubernetes.io/hostname": cluster.NodeName(w.node)},
+			Containers: []corev1.Container{{
+				Name: "worker", Image: cririg.ToolsImage, ImagePullPolicy: corev1.PullNever,
+				Command: []string{"sleep", "infinity"},
+				SecurityContext: &corev1.SecurityContext{
+					AllowPrivilegeEscalation: new(false),
+					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+				},
+				Resources: corev1.ResourceRequirements{
+					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("128Mi")},
+					Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("256Mi")},
+				},
+			}},
+		},
+	}
+}
+
+// startSpanWorkers starts one worker on each node and waits for both to
+// run, each seeing one RDMA device, named twoNodeName, which its node's
+// netns no longer holds (nor the NIC).
+func startSpanWorkers(t *testing.T) []spanWorker {
+	t.Helper()
+	workers := []spanWorker{{"span-worker-0", 1, "10.99.1.1"}, {"span-worker-1", 2, "10.99.1.2"}}
+	for _, w := range workers {
+		createPod(t, spanWorkerPod(w))
+		t.Cleanup(func() { deletePod(t, workersNS, w.name, workersGrace) })
+	}
+	for _, w := range workers {
+		d := waitRunning(t, workersNS, w.name, 3*time.Minute)
+		out, stderr, err := execIn(t, workersNS, w.name, "worker", "ibv_devices")
+		if err != nil {
+			t.Fatalf("%s: exec ibv_devices: %v\n%s", w.name, err, stderr)
+		}
+		if devs := verbsDevices(out); len(devs) != 1 || devs[0] != twoNodeName {
+			t.Errorf("%s on node %d: ibv_devices lists %v, want [%s] alone:\n%s", w.name, w.node, devs, twoNodeName, out)
+		}
+		t.Logf("%s Running on %s %s after create; sees %s", w.name, cluster.NodeName(w.node), d.Round(time.Second), twoNodeName)
+	}
+	for _, w := range workers {
+		st := hostOf(t, w.node)
+		if rig.Contains(st.RDMA, twoNodeDev) || rig.Contains(st.Links, twoNodeNIC) {
+			t.Errorf("node %d still holds %s or %s with %s running: RDMA %v, links %v", w.node, twoNodeDev, twoNodeNIC, w.name, st.RDMA, st.Links)
+		}
+	}
+	return workers
+}
+
+// hostOf is node n's own netns: read here for node 1, asked of the agent
+// for the others.
+func hostOf(t *testing.T, n int) nodeNetns {
+	t.Helper()
+	var st nodeNetns
+	var err error
+	if n == node.Number {
+		st, err = readNodeNetns()
+	} else {
+		st, err = nodeHost(ctx(t), n)
+	}
+	if err != nil {
+		t.Fatalf("node %d's netns: %v", n, err)
+	}
+	return st
+}
+
+// stopSpanWorkers deletes the workers and waits for each node's device
+// and NIC to be back in its netns.
+func stopSpanWorkers(t *testing.T, workers []spanWorker) {
+	t.Helper()
+	for _, w := range workers {
+		if err := cs.CoreV1().Pods(workersNS).Delete(ctx(t), w.name, workersGrace); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, w := range workers {
+		deletePod(t, workersNS, w.name, workersGrace)
+		if w.node == node.Number {
+			waitHome(t, twoNodeDev)
+			if st := hostOf(t, w.node); !rig.Contains(st.Links, twoNodeNIC) {
+				t.Errorf("node %d: %s not home after %s was deleted: links %v", w.node, twoNodeNIC, w.name, st.Links)
+			}
+			continue
+		}
+		waitNodeHome(t, w.node, twoNodeDev, twoNodeNIC)
+	}
+}
+
+// Two pods on two nodes, one NAD: each node's device moves into its pod
+// under the NAD's rdmaDevName, and RDMA flows between the pods both ways
+// across the link (ib_write_bw, ib_send_lat), each tool opening the device
+// by that one name. Deleted, both devices and both NICs are home.
+func TestTwoNodes(t *testing.T) {
+	if *nodes < 2 {
+		t.Skip("one node: make e2e-k8s's two-node boot runs this (-k8s.nodes 2)")
+	}
+	waitJoined(t, 2)
+	applyManifest(t, "nad-renamed")
+	workers := startSpanWorkers(t)
+	for _, dir := range [][2]spanWorker{{workers[0], workers[1]}, {workers[1], workers[0]}} {
+		srv, cli := dir[0], dir[1]
+		bw, err := rig.WriteBWBetween(ctx(t), srv.peer(), cli.peer(), 65536, 200)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lat, err := rig.SendLatBetween(ctx(t), srv.peer(), cli.peer(), 2, 500)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s (node %d) -> %s (node %d): ib_write_bw %d x %d B average %.2f MB/s; ib_send_lat %d x %d B typical %.1f us",
+			cli.name, cli.node, srv.name, srv.node, bw.Iters, bw.Bytes, bw.AverageMBps, lat.Iters, lat.Bytes, lat.TypicalUsec)
+	}
+	stopSpanWorkers(t, workers)
+}

@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# Two test VMs at once, node 1 and node 2, joined by an Ethernet link on
+# this machine's loopback (vm-run.sh --node N --link, UDP ports PORT and
+# PORT+1). Used by scripts/e2e-link.sh (two kernels, RDMA between them) and
+# make e2e-k8s's two-node cluster.
+#
+# Usage: vm-pair.sh [--again STATUS] OUT_DIR PORT 'ARGS1' 'ARGS2' ['ARGS2_AGAIN']
+#   ARGSn: vm-run.sh's options and `-- CMD` for node n, one shell word list
+#          (evaluated: quote CMD inside it), without --node and --link.
+#   --again STATUS, ARGS2_AGAIN: when node 2's VM exits with STATUS (its
+#          guest command asked for a reboot), it boots again with
+#          ARGS2_AGAIN (its --disk: the same node), as often as it asks.
+#   OUT_DIR: receives node1.log and node2.log, each VM's console.
+#
+# When node 1 ends, node 2 has 120 s to end on its own (its command sees
+# the cluster or the peer go) before it is stopped. When either fails, the
+# other is stopped at once: it would only wait for its peer until its
+# deadlines. Exit status: 0 when both passed, else the first failure's
+# (vm-run.sh's: 124 timeout, 125 VM failure).
+set -euo pipefail
+
+SCRIPTS_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+again=""
+if [ "${1:-}" = --again ]; then again=${2:?--again STATUS}; shift 2; fi
+out=${1:?usage: vm-pair.sh [--again STATUS] OUT_DIR PORT ARGS1 ARGS2 [ARGS2_AGAIN]}
+port=${2:?PORT}
+args1=${3:?ARGS1}
+args2=${4:?ARGS2}
+args2_again=${5:-$args2}
+mkdir -p "$out"
+log() { printf '[vm-pair] %s\n' "$*" >&2; }
+
+# vm N LINK ARGS: boots node N in a session of its own, so that a failure
+# can stop the whole VM by its session ID (vm-run.sh's `timeout` puts QEMU
+# in a process group of its own, out of reach of a signal to its group).
+vm() {
+  local node=$1 link=$2 args=$3
+  eval "set -- $args"
+  setsid "$SCRIPTS_DIR/vm-run.sh" --node "$node" --link "127.0.0.1:$link" "$@" >> "$out/node$node.log" 2>&1 &
+}
+
+declare -A pid=()
+# stop N... returns once those VMs' processes are gone (SIGKILL after
+# 10 s), so that no QEMU outlives the run and holds its ports.
+stop() {
+  local n p i
+  for n in "$@"; do p=${pid[$n]:-}; [ -z "$p" ] || pkill -TERM -s "$p" || true; done
+  for n in "$@"; do
+    p=${pid[$n]:-}; [ -n "$p" ] || continue
+    for ((i = 0; i < 50; i++)); do
+      pgrep -s "$p" > /dev/null || continue 2
+      sleep 0.2
+    done
+    pkill -KILL -s "$p" || true
+  done
+}
+trap 'stop 1 2' EXIT
+
+link1="$port:$((port + 1))" link2="$((port + 1)):$port"
+start=$(date +%s)
+: > "$out/node1.log"; : > "$out/node2.log"
+log "booting node 1 and node 2 on a link over 127.0.0.1:$port-$((port + 1)) (UDP); consoles in $out/node{1,2}.log"
+vm 1 "$link1" "$args1"; pid[1]=$!
+vm 2 "$link2" "$args2"; pid[2]=$!
+
+rc=0 rc1="" boots2=1
+while [ -z "$rc1" ] || [ -n "${pid[2]:-}" ]; do
+  done_pid=""
+  wait -n -p done_pid "${pid[1]:-}" ${pid[2]:+"${pid[2]}"} && r=0 || r=$?
+  if [ "$done_pid" = "${pid[1]:-x}" ]; then
+    rc1=$r; unset 'pid[1]'
+    [ "$r" = 0 ] || { [ "$rc" != 0 ] || rc=$r; log "node 1 failed (status $r): stopping node 2"; stop 2; unset 'pid[2]'; break; }
+    # Node 1 passed: node 2 ends on its own, or is stopped.
+    if [ -n "${pid[2]:-}" ]; then
+      for ((i = 0; i < 120; i++)); do kill -0 "${pid[2]}" 2>/dev/null || break; sleep 1; done
+      if kill -0 "${pid[2]}" 2>/dev/null; then log "node 2 still running 120 s after node 1 ended: stopping it"; stop 2; fi
+      wait "${pid[2]}" && r=0 || r=$?
+      unset 'pid[2]'
+      [ "$r" = 0 ] || [ "$rc" != 0 ] || { rc=$r; log "node 2 ended with status $r"; }
+    fi
+    break
+  fi
+  unset 'pid[2]'
+  if [ -n "$again" ] && [ "$r" = "$again" ]; then
+    boots2=$((boots2 + 1))
+    log "node 2 asked for a reboot (status $r): boot $boots2 of node 2"
+    vm 2 "$link2" "$args2_again"; pid[2]=$!
+    continue
+  fi
+  if [ "$r" != 0 ]; then
+    [ "$rc" != 0 ] || rc=$r
+    log "node 2 failed (status $r): stopping node 1"
+    stop 1; unset 'pid[1]'
+    break
+  fi
+done
+trap - EXIT
+log "both VMs done in $(( $(date +%s) - start ))s"
+if [ "$rc" != 0 ]; then
+  for n in 1 2; do
+    log "node $n, last lines of $out/node$n.log:"
+    tail -n 40 "$out/node$n.log" >&2
+  done
+fi
+exit "$rc"
