@@ -89,6 +89,7 @@ func prepareJoin() error {
 // nodeNetns is what a node's own netns holds, as its agent reports it.
 type nodeNetns struct {
 	Node   string   `json:"node"`
+	BootID string   `json:"bootID"` // the kernel's, new on every boot
 	RDMA   []string `json:"rdma"`
 	Links  []string `json:"links"`
 	Multus bool     `json:"multus"` // Multus's daemon wrote its conf here
@@ -104,7 +105,12 @@ func readNodeNetns() (nodeNetns, error) {
 		return nodeNetns{}, err
 	}
 	conf, _ := os.ReadFile(node.MultusConf)
-	return nodeNetns{Node: node.Name, RDMA: devs, Links: links, Multus: strings.Contains(string(conf), `"multus-shim"`)}, nil
+	boot, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return nodeNetns{}, err
+	}
+	return nodeNetns{Node: node.Name, BootID: strings.TrimSpace(string(boot)), RDMA: devs, Links: links,
+		Multus: strings.Contains(string(conf), `"multus-shim"`)}, nil
 }
 
 // runJoined serves the agent until node 1 asks this node to stop (0) or
@@ -200,9 +206,11 @@ func waitNodeHome(t *testing.T, n int, dev, nic string) {
 	}
 }
 
-// waitJoined waits for node n to be Ready with Multus's conf written.
-func waitJoined(t *testing.T, n int) {
+// waitJoined waits for node n to be Ready with Multus's conf written, on
+// a boot other than notBoot (a boot ID; "" for any).
+func waitJoined(t *testing.T, n int, notBoot string) nodeNetns {
 	t.Helper()
+	var st nodeNetns
 	name := cluster.NodeName(n)
 	var last string
 	err := cririg.Wait(4*time.Minute, "node "+name+" Ready with Multus", func() (bool, error) {
@@ -215,13 +223,14 @@ func waitJoined(t *testing.T, n int) {
 		for _, c := range nd.Status.Conditions {
 			ready = ready || c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue
 		}
-		st, err := nodeHost(ctx(t), n)
+		st, err = nodeHost(ctx(t), n)
 		last = fmt.Sprintf("Ready %v, agent %+v (%v)", ready, st, err)
-		return ready && err == nil && st.Multus, nil
+		return ready && err == nil && st.Multus && st.BootID != notBoot, nil
 	})
 	if err != nil {
 		t.Fatalf("%v: %s", err, last)
 	}
+	return st
 }
 
 // A worker of a job across nodes: one pod per node on the same NAD.
@@ -342,7 +351,7 @@ func TestTwoNodes(t *testing.T) {
 	if *nodes < 2 {
 		t.Skip("one node: make e2e-k8s's two-node boot runs this (-k8s.nodes 2)")
 	}
-	waitJoined(t, 2)
+	waitJoined(t, 2, "")
 	applyManifest(t, "nad-renamed")
 	workers := startSpanWorkers(t)
 	for _, dir := range [][2]spanWorker{{workers[0], workers[1]}, {workers[1], workers[0]}} {
@@ -359,4 +368,91 @@ func TestTwoNodes(t *testing.T) {
 			cli.name, cli.node, srv.name, srv.node, bw.Iters, bw.Bytes, bw.AverageMBps, lat.Iters, lat.Bytes, lat.TypicalUsec)
 	}
 	stopSpanWorkers(t, workers)
+}
+
+// A node reboots in the middle of a job: the job fails, promptly and
+// saying so, rather than hanging; the node comes back with its device and
+// NIC home (its pod's netns died with the old kernel), the pods that ran
+// the job are deleted as a job controller would, and the rerun on the
+// same two nodes passes. The job here is RDMA WRITEs from node 1's pod
+// into node 2's (ib_write_bw), node 2 rebooting mid-transfer (its agent:
+// nothing stopped, as `reboot -f`).
+func TestTwoNodesReboot(t *testing.T) {
+	if *nodes < 2 {
+		t.Skip("one node: make e2e-k8s's two-node boot runs this (-k8s.nodes 2)")
+	}
+	before := waitJoined(t, 2, "")
+	applyManifest(t, "nad-renamed")
+	workers := startSpanWorkers(t)
+	srv, cli := workers[1], workers[0]
+
+	// Long enough to outlast the reboot request under the emulated CPU:
+	// 20000 writes of 64 KiB take minutes at the link's 8-10 MB/s.
+	const iters = 20000
+	srvWait, err := rig.Serve(context.Background(), srv.peer(), rig.WriteBWArgs(twoNodeName, 65536, iters, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cliDone := make(chan error, 1)
+	go func() {
+		_, _, err := cli.peer().Run(context.Background(), 10*time.Minute, rig.WriteBWArgs(twoNodeName, 65536, iters, srv.ip)...)
+		cliDone <- err
+	}()
+	waitSending(t, cli)
+	resp, err := agent(ctx(t), 2, http.MethodPost, "/reboot")
+	if err != nil {
+		t.Fatalf("reboot node 2: %v", err)
+	}
+	resp.Body.Close()
+	rebooted := time.Now()
+	select {
+	case err := <-cliDone:
+		if err == nil {
+			t.Fatalf("ib_write_bw into %s completed although node 2 rebooted in the middle", srv.name)
+		}
+		t.Logf("the job failed %s after node 2's reboot began: %.300v", time.Since(rebooted).Round(time.Second), err)
+	case <-time.After(5 * time.Minute):
+		t.Fatalf("ib_write_bw into %s still running 5 minutes after node 2 rebooted: the job hangs", srv.name)
+	}
+	_, _ = srvWait()
+
+	after := waitJoined(t, 2, before.BootID)
+	t.Logf("node 2 Ready on its next boot %s after the reboot began", time.Since(rebooted).Round(time.Second))
+	if !rig.Contains(after.RDMA, twoNodeDev) || !rig.Contains(after.Links, twoNodeNIC) {
+		t.Errorf("node 2 after its reboot: RDMA %v, links %v; want %s and %s home", after.RDMA, after.Links, twoNodeDev, twoNodeNIC)
+	}
+	p, err := cs.CoreV1().Pods(workersNS).Get(ctx(t), srv.name, metav1.GetOptions{})
+	if err == nil {
+		t.Logf("%s after node 2's reboot: %s", srv.name, p.Status.Phase)
+	}
+	stopSpanWorkers(t, workers)
+
+	workers = startSpanWorkers(t)
+	bw, err := rig.WriteBWBetween(ctx(t), workers[1].peer(), workers[0].peer(), 65536, 200)
+	if err != nil {
+		t.Fatalf("rerun after node 2's reboot: %v", err)
+	}
+	t.Logf("rerun: ib_write_bw %s -> %s average %.2f MB/s", workers[0].name, workers[1].name, bw.AverageMBps)
+	stopSpanWorkers(t, workers)
+}
+
+// waitSending waits for w's device to have sent RoCE packets, twice
+// looked at: the transfer is under way.
+func waitSending(t *testing.T, w spanWorker) {
+	t.Helper()
+	read := func() int64 {
+		out, _, err := execIn(t, workersNS, w.name, "worker", "cat", "/sys/class/infiniband/"+twoNodeName+"/ports/1/hw_counters/sent_pkts")
+		if err != nil {
+			return -1
+		}
+		n, _ := strconv.ParseInt(strings.TrimSpace(out), 10, 64)
+		return n
+	}
+	first := read()
+	err := cririg.Wait(time.Minute, w.name+" sending", func() (bool, error) {
+		return read() > first+100, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }

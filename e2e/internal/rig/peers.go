@@ -29,10 +29,10 @@ type Peer struct {
 // emulated CPU.
 const VerbsTimeout = 2 * time.Minute
 
-// serve starts the server side of a verbs tool and returns once it listens
+// Serve starts the server side of a verbs tool and returns once it listens
 // on TCP 18515 (both tools exchange QP numbers there first); wait returns
 // the server's output once it has exited.
-func serve(ctx context.Context, p Peer, argv []string) (wait func() (string, error), err error) {
+func Serve(ctx context.Context, p Peer, argv []string) (wait func() (string, error), err error) {
 	var wg sync.WaitGroup
 	var out string
 	var runErr error
@@ -63,7 +63,7 @@ func serve(ctx context.Context, p Peer, argv []string) (wait func() (string, err
 // of size bytes) from cli to srv and returns the client's figures; a run
 // that did not complete every iteration is an error.
 func PingPongBetween(ctx context.Context, srv, cli Peer, size, iters int) (PingPong, error) {
-	wait, err := serve(ctx, srv, PingPongArgs(srv.Dev, size, iters, ""))
+	wait, err := Serve(ctx, srv, PingPongArgs(srv.Dev, size, iters, ""))
 	if err != nil {
 		return PingPong{}, err
 	}
@@ -119,11 +119,12 @@ func SendLatBetween(ctx context.Context, srv, cli Peer, size, iters int) (SendLa
 // perftestBetween runs a perftest tool's server in srv and its client in
 // cli and returns the client's output. perftest calibrates its clock at
 // start, which sometimes fails under the VM's emulated CPU ("Correlation
-// coefficient r^2", 0 MB/s although every write completed): such a run is
-// repeated, twice at most.
+// coefficient r^2", 0 MB/s although every write completed, or latencies
+// of "inf"), the more often the busier the machine's cores (two node VMs
+// and their kubelets): such a run is repeated, five times at most.
 func perftestBetween(ctx context.Context, srv, cli Peer, srvArgs, cliArgs []string) (string, error) {
 	for try := 0; ; try++ {
-		wait, err := serve(ctx, srv, srvArgs)
+		wait, err := Serve(ctx, srv, srvArgs)
 		if err != nil {
 			return "", err
 		}
@@ -133,7 +134,7 @@ func perftestBetween(ctx context.Context, srv, cli Peer, srvArgs, cliArgs []stri
 		if cerr != nil || serr != nil {
 			return "", fmt.Errorf("%s %s -> %s: client: %v\n%s\nserver: %v\n%s", cliArgs[0], cli.Dev, srv.Dev, cerr, out, serr, sout)
 		}
-		if strings.Contains(out, "Correlation coefficient r^2") && try < 2 {
+		if strings.Contains(out, "Correlation coefficient r^2") && try < 5 {
 			continue
 		}
 		return out, nil
