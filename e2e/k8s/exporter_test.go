@@ -65,7 +65,12 @@ func scraperToken(t *testing.T) string {
 // verifying its self-signed certificate, as a ServiceMonitor with
 // insecureSkipVerify does.
 func getMetrics(token string) (int, string, error) {
-	req, err := http.NewRequest(http.MethodGet, exporterURL, nil)
+	return getMetricsAt(exporterURL, token)
+}
+
+// getMetricsAt is getMetrics of the exporter at url.
+func getMetricsAt(url, token string) (int, string, error) {
+	req, err := http.NewRequest(http.MethodGet, url, nil)
 	if err != nil {
 		return 0, "", err
 	}

@@ -74,11 +74,11 @@ func setupMgmt() error {
 }
 
 // prepareJoin imports what the first node's tests schedule on this node
-// (the DaemonSets' images; the tools image came with containerd) and
-// writes the pods' cluster network, as node 1's install and setupMultus
-// do for it.
+// (the DaemonSets' images and the MPI job's; the tools image came with
+// containerd) and writes the pods' cluster network, as node 1's install
+// and setupMultus do for it.
 func prepareJoin() error {
-	for _, img := range []string{"rdma-netns-image.tar", "multus-image.tar"} {
+	for _, img := range []string{"rdma-netns-image.tar", "multus-image.tar", mpiImageTar} {
 		if err := node.ImportImage(node.ManifestDir + "/" + img); err != nil {
 			return err
 		}
@@ -279,9 +279,15 @@ func spanWorkerPod(w spanWorker) *corev1.Pod {
 // netns no longer holds (nor the NIC).
 func startSpanWorkers(t *testing.T) []spanWorker {
 	t.Helper()
+	return startSpanWorkersOf(t, spanWorkerPod)
+}
+
+// startSpanWorkersOf is startSpanWorkers with pods made by podOf.
+func startSpanWorkersOf(t *testing.T, podOf func(spanWorker) *corev1.Pod) []spanWorker {
+	t.Helper()
 	workers := []spanWorker{{"span-worker-0", 1, "10.99.1.1"}, {"span-worker-1", 2, "10.99.1.2"}}
 	for _, w := range workers {
-		createPod(t, spanWorkerPod(w))
+		createPod(t, podOf(w))
 		t.Cleanup(func() { deletePod(t, workersNS, w.name, workersGrace) })
 	}
 	for _, w := range workers {
@@ -367,72 +373,6 @@ func TestTwoNodes(t *testing.T) {
 		t.Logf("%s (node %d) -> %s (node %d): ib_write_bw %d x %d B average %.2f MB/s; ib_send_lat %d x %d B typical %.1f us",
 			cli.name, cli.node, srv.name, srv.node, bw.Iters, bw.Bytes, bw.AverageMBps, lat.Iters, lat.Bytes, lat.TypicalUsec)
 	}
-	stopSpanWorkers(t, workers)
-}
-
-// A node reboots in the middle of a job: the job fails, promptly and
-// saying so, rather than hanging; the node comes back with its device and
-// NIC home (its pod's netns died with the old kernel), the pods that ran
-// the job are deleted as a job controller would, and the rerun on the
-// same two nodes passes. The job here is RDMA WRITEs from node 1's pod
-// into node 2's (ib_write_bw), node 2 rebooting mid-transfer (its agent:
-// nothing stopped, as `reboot -f`).
-func TestTwoNodesReboot(t *testing.T) {
-	if *nodes < 2 {
-		t.Skip("one node: make e2e-k8s's two-node boot runs this (-k8s.nodes 2)")
-	}
-	before := waitJoined(t, 2, "")
-	applyManifest(t, "nad-renamed")
-	workers := startSpanWorkers(t)
-	srv, cli := workers[1], workers[0]
-
-	// Long enough to outlast the reboot request under the emulated CPU:
-	// 20000 writes of 64 KiB take minutes at the link's 8-10 MB/s.
-	const iters = 20000
-	srvWait, err := rig.Serve(context.Background(), srv.peer(), rig.WriteBWArgs(twoNodeName, 65536, iters, ""))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cliDone := make(chan error, 1)
-	go func() {
-		_, _, err := cli.peer().Run(context.Background(), 10*time.Minute, rig.WriteBWArgs(twoNodeName, 65536, iters, srv.ip)...)
-		cliDone <- err
-	}()
-	waitSending(t, cli)
-	resp, err := agent(ctx(t), 2, http.MethodPost, "/reboot")
-	if err != nil {
-		t.Fatalf("reboot node 2: %v", err)
-	}
-	resp.Body.Close()
-	rebooted := time.Now()
-	select {
-	case err := <-cliDone:
-		if err == nil {
-			t.Fatalf("ib_write_bw into %s completed although node 2 rebooted in the middle", srv.name)
-		}
-		t.Logf("the job failed %s after node 2's reboot began: %.300v", time.Since(rebooted).Round(time.Second), err)
-	case <-time.After(5 * time.Minute):
-		t.Fatalf("ib_write_bw into %s still running 5 minutes after node 2 rebooted: the job hangs", srv.name)
-	}
-	_, _ = srvWait()
-
-	after := waitJoined(t, 2, before.BootID)
-	t.Logf("node 2 Ready on its next boot %s after the reboot began", time.Since(rebooted).Round(time.Second))
-	if !rig.Contains(after.RDMA, twoNodeDev) || !rig.Contains(after.Links, twoNodeNIC) {
-		t.Errorf("node 2 after its reboot: RDMA %v, links %v; want %s and %s home", after.RDMA, after.Links, twoNodeDev, twoNodeNIC)
-	}
-	p, err := cs.CoreV1().Pods(workersNS).Get(ctx(t), srv.name, metav1.GetOptions{})
-	if err == nil {
-		t.Logf("%s after node 2's reboot: %s", srv.name, p.Status.Phase)
-	}
-	stopSpanWorkers(t, workers)
-
-	workers = startSpanWorkers(t)
-	bw, err := rig.WriteBWBetween(ctx(t), workers[1].peer(), workers[0].peer(), 65536, 200)
-	if err != nil {
-		t.Fatalf("rerun after node 2's reboot: %v", err)
-	}
-	t.Logf("rerun: ib_write_bw %s -> %s average %.2f MB/s", workers[0].name, workers[1].name, bw.AverageMBps)
 	stopSpanWorkers(t, workers)
 }
 
