@@ -168,11 +168,17 @@ func mpirunArgs(workers []spanWorker, tr mpiTransport, extra ...string) []string
 	return append(argv, extra...)
 }
 
-// mpiTransportArgs are the MCA parameters of each transport.
-// TODO(helper findings): fill from docs/mpi.md.
+// mpiTransportArgs are each transport's settings (docs/mpi.md, "What
+// drives rxe"). RDMA: UCX on the pod's device alone, its UD transport
+// (RC needs UD beside it for the wire-up and retransmits on rxe until it
+// crawls), UD's destination GID check off (with it UCX drops every packet
+// rxe delivers); `--mca pml ucx` also overrides Debian's default of
+// excluding UCX, so that a pod without its device fails rather than runs
+// over TCP. TCP: Open MPI's TCP transport on the same NIC.
 var mpiTransportArgs = map[mpiTransport][]string{
-	overRDMA: {"--mca", "pml", "ucx", "-x", "UCX_NET_DEVICES=" + twoNodeName + ":1"},
-	overTCP:  {"--mca", "pml", "ob1", "--mca", "btl", "tcp,self,vader", "--mca", "btl_tcp_if_include", "net1"},
+	overRDMA: {"--mca", "pml", "ucx", "-x", "UCX_NET_DEVICES=" + twoNodeName + ":1",
+		"-x", "UCX_TLS=ud_verbs,self", "-x", "UCX_UD_VERBS_ETH_DGID_CHECK=n"},
+	overTCP: {"--mca", "pml", "ob1", "--mca", "btl", "tcp,self,vader", "--mca", "btl_tcp_if_include", "net1"},
 }
 
 // runAllreduce runs allreduce.py from worker 0 and returns its result.

@@ -74,6 +74,11 @@ cp "${K8S_PROMETHEUS:?K8S_PROMETHEUS: the prometheus binary build.sh built}" "$o
 cp "$top/conf/grafana-dashboard.json" "$top/conf/exporter-servicemonitor.yaml" "$out/k8s-manifests/"
 cp "${K8S_SERVICEMONITOR_CRD:?K8S_SERVICEMONITOR_CRD: the CRD build.sh generated}" "$out/k8s-manifests/servicemonitor-crd.yaml"
 
+# The two-node tests' MPI job (e2e/k8s/mpi_test.go): Open MPI, UCX, mpi4py
+# and sshd from Debian (scripts/k8s/mpi-image.sh, docs/mpi.md), imported
+# by each node.
+"$top/scripts/k8s/mpi-image.sh" "$out/k8s-manifests/rdma-mpi-image.tar"
+
 # Multus thick: the overlay rendered next to Multus's manifest, and the image.
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
