@@ -7,10 +7,13 @@
 # rdma-netns moved. Prints both phases' bandwidth and latency side by
 # side. Used by `make e2e-link`.
 #
-# Usage: e2e-link.sh PAYLOAD_DIR PORT OUT_DIR
+# Usage: e2e-link.sh PAYLOAD_DIR PORT OUT_DIR [GUEST_CMD]
 #   PORT: node 1's end of the link on 127.0.0.1 (UDP); node 2's is PORT+1.
 #         Two runs at once need two pairs.
 #   OUT_DIR: receives node1.log and node2.log, each VM's console.
+#   GUEST_CMD: what both VMs run instead of /payload/link-test.sh (the
+#         MPI test, scripts/mpi-link.sh); the caller reads the consoles,
+#         nothing is printed from them here.
 #
 # Exit status: 0 when both guests passed; otherwise the first failing
 # VM's status (vm-run.sh's: 124 timeout, 125 VM failure).
@@ -20,6 +23,7 @@ SCRIPTS_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 payload=${1:?usage: e2e-link.sh PAYLOAD_DIR PORT OUT_DIR}
 port=${2:?usage: e2e-link.sh PAYLOAD_DIR PORT OUT_DIR}
 out=${3:?usage: e2e-link.sh PAYLOAD_DIR PORT OUT_DIR}
+cmd=${4:-/payload/link-test.sh}
 mkdir -p "$out"
 log() { printf '[e2e-link] %s\n' "$*" >&2; }
 
@@ -32,7 +36,7 @@ vm() {
   # own, out of reach of a signal to vm-run.sh's group.
   setsid "$SCRIPTS_DIR/vm-run.sh" --node "$node" --nics 2 --timeout 900 \
     --link "127.0.0.1:$ports" --payload "$payload" \
-    -- /payload/link-test.sh > "$out/node$node.log" 2>&1 &
+    -- "$cmd" > "$out/node$node.log" 2>&1 &
 }
 
 pids=()
@@ -77,6 +81,7 @@ if [ "$rc" != 0 ]; then
   done
   exit "$rc"
 fi
+[ "$cmd" = /payload/link-test.sh ] || exit 0
 
 grep -h '^@@LINK-TIME\|^@@LINK-MOVED' "$out/node1.log" "$out/node2.log" | sed 's/^@@LINK-[A-Z]* /  /' >&2
 # @@LINK <phase> <tool> <from>-><to> <value>, one per client run.
