@@ -17,7 +17,7 @@ LDFLAGS := -X github.com/containernetworking/plugins/pkg/utils/buildversion.Buil
 
 export CGO_ENABLED = 0
 
-.PHONY: all build test unit lint manifests e2e e2e-exclusive e2e-shared e2e-link demo payload vm-prepare clean
+.PHONY: all build test unit lint manifests e2e e2e-exclusive e2e-shared e2e-link mpi-link demo payload vm-prepare clean
 
 all: build
 
@@ -98,6 +98,15 @@ e2e: payload
 E2E_LINK_PORT ?= 13737
 e2e-link: payload
 	scripts/e2e-link.sh $(PAYLOAD) $(E2E_LINK_PORT) $(OUT)/e2e-link
+
+## mpi-link: the MPI workload image (scripts/k8s/mpi-image.sh) between two
+## test VMs on a link: an allreduce over rxe with UCX, the openib BTL, TCP,
+## a worker without its device, each with both nodes' rxe counters and a
+## verdict (scripts/mpi-link.sh, docs/mpi.md). UDP ports MPI_LINK_PORT and
+## the next on 127.0.0.1.
+MPI_LINK_PORT ?= 13837
+mpi-link:
+	MPI_LINK_PORT=$(MPI_LINK_PORT) scripts/mpi-link.sh $(OUT)/mpi-link
 
 ## e2e-k8s: a one-node Kubernetes cluster (scripts/k8s/build.sh builds and
 ## caches its binaries): etcd, kube-apiserver, kube-controller-manager and

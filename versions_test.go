@@ -212,7 +212,7 @@ func TestVersionsGoModules(t *testing.T) {
 // docs and comments write one: "Kubernetes v1.37.2", "containerd
 // **v2.4.2**", "Multus (v4.3.0". The alternatives are tried in order, so
 // "containerd/nri v0.12.5" is NRI's.
-var versionClaim = regexp.MustCompile(`(?i)\b(prometheus-operator|prometheus|containerd/nri|nri|kubernetes|kubelet|kubectl|kube-apiserver|containerd|multus|etcd|helm|containernetworking/plugins|cni plugins|host-device|host-local|ptp|containernetworking/cni|cnitool)\b[^\n\d]{0,12}?\bv?(\d+(?:\.\d+)+)`)
+var versionClaim = regexp.MustCompile(`(?i)\b(prometheus-operator|prometheus|containerd/nri|nri|kubernetes|kubelet|kubectl|kube-apiserver|containerd|multus|etcd|helm|containernetworking/plugins|cni plugins|host-device|host-local|ptp|containernetworking/cni|cnitool|open mpi|openmpi|ucx)\b[^\n\d]{0,12}?\bv?(\d+(?:\.\d+)+)`)
 
 // claimKeys are the versions.env entries a component's claim may name.
 var claimKeys = map[string][]string{
@@ -235,6 +235,9 @@ var claimKeys = map[string][]string{
 	"ptp":                         {"CNI_PLUGINS_VERSION"},
 	"containernetworking/cni":     {"CNI_VERSION"},
 	"cnitool":                     {"CNI_VERSION"},
+	"open mpi":                    {"OPENMPI_VERSION"},
+	"openmpi":                     {"OPENMPI_VERSION"},
+	"ucx":                         {"UCX_VERSION"},
 }
 
 // claims are the version claims of one text. A figure measured on an
@@ -266,6 +269,7 @@ func TestVersionClaimPattern(t *testing.T) {
 		"Kubernetes v1.37.2 (figures measured under containerd 2.2.1)": {{"kubernetes", "1.37.2"}},
 		"ptp and host-local, 10.244.0.0/24":                            nil,
 		"Prometheus v3.16.0 and the prometheus-operator v0.95.2":       {{"prometheus", "3.16.0"}, {"prometheus-operator", "0.95.2"}},
+		"Open MPI 4.1.4 with UCX 1.13.1, openmpi-bin_4.1.4-3+b1":       {{"open mpi", "4.1.4"}, {"ucx", "1.13.1"}},
 	} {
 		if got := claims(text); !slices.Equal(got, want) {
 			t.Errorf("claims(%q) = %v, want %v", text, got, want)
