@@ -265,10 +265,12 @@ type SendLat struct {
 }
 
 // latLine is ib_send_lat's result line: bytes, iterations, t_min, t_max,
-// t_typical, then averages and percentiles.
-var latLine = regexp.MustCompile(`(?m)^\s*(\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+[\d.]+`)
+// t_typical, then averages and percentiles. The times are "inf" when
+// perftest's clock calibration failed (every round trip still ran).
+var latLine = regexp.MustCompile(`(?m)^\s*(\d+)\s+(\d+)\s+([\d.]+|inf)\s+([\d.]+|inf)\s+([\d.]+|inf)\s+([\d.]+|inf)`)
 
-// ParseSendLat reads ib_send_lat's result line.
+// ParseSendLat reads ib_send_lat's result line; times perftest could not
+// measure are +Inf.
 func ParseSendLat(out string) (SendLat, error) {
 	m := latLine.FindStringSubmatch(out)
 	if m == nil {

@@ -1,0 +1,25 @@
+package rig
+
+import (
+	"math"
+	"testing"
+)
+
+// ib_send_lat's result line as perftest 4.5 prints it, timed and, when its
+// clock calibration failed, with every time "inf": both parse, the second
+// as +Inf, so that a run whose round trips all completed is not mistaken
+// for a failed one.
+func TestParseSendLat(t *testing.T) {
+	timed, err := ParseSendLat(" #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] \n" +
+		" 2       500          272.50         8084.24      377.10   \t       1033.06     \t1358.03\t\t6153.84 \t\t8084.24\n")
+	if err != nil || timed.Bytes != 2 || timed.Iters != 500 || timed.TypicalUsec != 377.10 || timed.MinUsec != 272.50 {
+		t.Errorf("timed line: %+v, %v", timed, err)
+	}
+	untimed, err := ParseSendLat(" 2       500          inf            inf          inf      \t       inf         \t-nan   \t\tinf     \t\tinf    \nCorrelation coefficient r^2: 0.71 < 0.9\n")
+	if err != nil || untimed.Iters != 500 || !math.IsInf(untimed.TypicalUsec, 1) {
+		t.Errorf("untimed line: %+v, %v", untimed, err)
+	}
+	if _, err := ParseSendLat("Couldn't connect to 10.99.1.2:18515\n"); err == nil {
+		t.Error("no result line: want an error")
+	}
+}
