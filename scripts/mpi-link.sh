@@ -14,7 +14,7 @@
 #                  takes the next one).
 #   MPI_BYTES, MPI_ITERS: the allreduce's vector per rank and iterations
 #                  (default 1 MiB, 10).
-#   MPI_EXTRA=1: also the slow cases (UCX's RC: a minute each here).
+#   MPI_EXTRA=1: also the RC cases (a minute each at UCX's 1 s timeout).
 # Boots two VMs: on a shared machine, run it under the machine's VM lock.
 set -euo pipefail
 

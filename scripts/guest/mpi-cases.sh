@@ -15,9 +15,13 @@ run ucx-ud-dgid-check fail --mca pml ucx -x UCX_NET_DEVICES=$DEV:1 -x UCX_TLS=ud
 FILTER=
 
 if [ "$EXTRA" = 1 ]; then
-  # RC for the data (UD only for wire-up), and UCX's own choice.
-  run ucx-rc rdma --mca pml ucx -x UCX_NET_DEVICES=$DEV:1 -x UCX_TLS=rc_verbs,ud_verbs,self -x UCX_UD_VERBS_ETH_DGID_CHECK=n
+  # RC for the data (UD only for wire-up): with UCX's retransmission
+  # timeout (1 s), then 20 ms; and UCX's own choice of transports.
+  RC="--mca pml ucx -x UCX_NET_DEVICES=$DEV:1 -x UCX_TLS=rc_verbs,ud_verbs,self -x UCX_UD_VERBS_ETH_DGID_CHECK=n"
+  run ucx-rc rdma $RC
+  run ucx-rc-timeout-20ms rdma $RC -x UCX_RC_VERBS_TIMEOUT=20ms
   run ucx-any rdma --mca pml ucx -x UCX_NET_DEVICES=$DEV:1 -x UCX_UD_VERBS_ETH_DGID_CHECK=n
+  echo "@@MPI-INFO rxe retransmissions of node 1: $(cd $P/hw_counters && grep . completer_retry_err duplicate_request | tr '\n' ' ')"
 fi
 
 # Open MPI's openib BTL: Debian's build has only the udcm connection

@@ -15,7 +15,7 @@
 # The exit status is 1 when a verdict is FAIL.
 #
 # Usage: mpi-link-test.sh [BYTES [ITERS [EXTRA]]]
-#   EXTRA=1 also runs the slow cases (UCX's RC under the emulated CPU).
+#   EXTRA=1 also runs the RC cases (mpi-cases.sh).
 set -eu
 IP=/usr/sbin/ip
 . /etc/vm.conf
@@ -46,9 +46,8 @@ chown 0:0 $S/id_rsa $S/id_rsa.pub $S/authorized_keys
 chmod 0644 $S/id_rsa $S/id_rsa.pub $S/authorized_keys
 cp /payload/setpriv $M/run/setpriv
 chmod 0755 $M/run/setpriv
-# What a node gives an unprivileged pod: the verbs device nodes readable
-# and writable by all (rdma-core's udev rules make them 0666), no limit
-# on locked memory (containerd's LimitMEMLOCK=infinity, inherited).
+# What a node gives an unprivileged RDMA pod: verbs device nodes uid 1000
+# can open, no limit on locked memory (what the suite's RDMA pods check).
 chmod 0666 /dev/infiniband/uverbs* /dev/infiniband/rdma_cm
 ulimit -l unlimited
 
