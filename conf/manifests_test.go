@@ -627,17 +627,7 @@ spec:
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := decodeManifests("mem.yaml", []byte(tc.doc))
-			switch {
-			case tc.want == "" && err != nil:
-				t.Fatalf("valid document rejected: %v", err)
-			case tc.want != "" && err == nil:
-				t.Fatalf("accepted, want an error containing %q", tc.want)
-			case tc.want != "" && !strings.Contains(err.Error(), tc.want):
-				t.Fatalf("error %q does not contain %q", err, tc.want)
-			}
-			if err != nil {
-				t.Logf("rejected: %v", err)
-			}
+			wantRejection(t, "valid document", err, tc.want)
 		})
 	}
 }
@@ -662,17 +652,25 @@ func TestChainRejects(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := checkChain([]byte(tc.conf), "n", "")
-			switch {
-			case tc.want == "" && err != nil:
-				t.Fatalf("valid chain rejected: %v", err)
-			case tc.want != "" && err == nil:
-				t.Fatalf("accepted, want an error containing %q", tc.want)
-			case tc.want != "" && !strings.Contains(err.Error(), tc.want):
-				t.Fatalf("error %q does not contain %q", err, tc.want)
-			}
-			if err != nil {
-				t.Logf("rejected: %v", err)
-			}
+			wantRejection(t, "valid chain", err, tc.want)
 		})
+	}
+}
+
+// wantRejection fails the test unless err is what its case wants: nil for
+// a valid input (what names that input), else an error containing want.
+// A rejection is logged as the operator would read it.
+func wantRejection(t *testing.T, what string, err error, want string) {
+	t.Helper()
+	switch {
+	case want == "" && err != nil:
+		t.Fatalf("%s rejected: %v", what, err)
+	case want != "" && err == nil:
+		t.Fatalf("accepted, want an error containing %q", want)
+	case want != "" && !strings.Contains(err.Error(), want):
+		t.Fatalf("error %q does not contain %q", err, want)
+	}
+	if err != nil {
+		t.Logf("rejected: %v", err)
 	}
 }
