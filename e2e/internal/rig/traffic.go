@@ -246,7 +246,14 @@ func ParseWriteBW(out string) (WriteBW, error) {
 // its duration mode (-D) refuses to report under the VM's emulated CPU
 // ("Correlation coefficient r^2 < 0.9").
 func WriteBWArgs(dev string, size, iters int, server string) []string {
-	argv := []string{"ib_write_bw", "-d", dev, "-x", RoCEv2GID, "-F",
+	return perftestArgs("ib_write_bw", dev, size, iters, server)
+}
+
+// perftestArgs is a perftest tool's command line in iteration mode: the
+// device by name, the port's RoCEv2 GID, no cpufreq warning, size bytes
+// iters times; server as for PingPongArgs.
+func perftestArgs(tool, dev string, size, iters int, server string) []string {
+	argv := []string{tool, "-d", dev, "-x", RoCEv2GID, "-F",
 		"-s", strconv.Itoa(size), "-n", strconv.Itoa(iters)}
 	if server != "" {
 		argv = append(argv, server)
@@ -289,12 +296,7 @@ func ParseSendLat(out string) (SendLat, error) {
 // SendLatArgs is ib_send_lat's command line (server as for
 // PingPongArgs), in iteration mode as WriteBWArgs.
 func SendLatArgs(dev string, size, iters int, server string) []string {
-	argv := []string{"ib_send_lat", "-d", dev, "-x", RoCEv2GID, "-F",
-		"-s", strconv.Itoa(size), "-n", strconv.Itoa(iters)}
-	if server != "" {
-		argv = append(argv, server)
-	}
-	return argv
+	return perftestArgs("ib_send_lat", dev, size, iters, server)
 }
 
 // RunWriteBW runs ib_write_bw (RDMA writes of size bytes, iters of them)

@@ -2,6 +2,7 @@ package rig
 
 import (
 	"math"
+	"strings"
 	"testing"
 )
 
@@ -21,5 +22,18 @@ func TestParseSendLat(t *testing.T) {
 	}
 	if _, err := ParseSendLat("Couldn't connect to 10.99.1.2:18515\n"); err == nil {
 		t.Error("no result line: want an error")
+	}
+}
+
+// Both perftest tools get the same command line but for the tool: the
+// device by name, the RoCEv2 GID, iteration mode, and the server last.
+func TestPerftestArgs(t *testing.T) {
+	want := "ib_send_lat -d rdma_net1 -x 1 -F -s 2 -n 500 10.99.1.2"
+	if got := strings.Join(SendLatArgs("rdma_net1", 2, 500, "10.99.1.2"), " "); got != want {
+		t.Errorf("SendLatArgs: %q, want %q", got, want)
+	}
+	want = "ib_write_bw -d rxe1 -x 1 -F -s 65536 -n 200"
+	if got := strings.Join(WriteBWArgs("rxe1", 65536, 200, ""), " "); got != want {
+		t.Errorf("WriteBWArgs: %q, want %q", got, want)
 	}
 }
