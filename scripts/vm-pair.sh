@@ -4,12 +4,14 @@
 # PORT+1). Used by scripts/e2e-link.sh (two kernels, RDMA between them) and
 # make e2e-k8s's two-node cluster.
 #
-# Usage: vm-pair.sh [--again STATUS] OUT_DIR PORT 'ARGS1' 'ARGS2' ['ARGS2_AGAIN']
+# Usage: vm-pair.sh [--again STATUS] [--follow] OUT_DIR PORT 'ARGS1' 'ARGS2' ['ARGS2_AGAIN']
 #   ARGSn: vm-run.sh's options and `-- CMD` for node n, one shell word list
 #          (evaluated: quote CMD inside it), without --node and --link.
 #   --again STATUS, ARGS2_AGAIN: when node 2's VM exits with STATUS (its
 #          guest command asked for a reboot), it boots again with
 #          ARGS2_AGAIN (its --disk: the same node), as often as it asks.
+#   --follow: node 1's console also on standard output as it runs (make
+#          demo: the story is node 1's).
 #   OUT_DIR: receives node1.log and node2.log, each VM's console.
 #
 # When node 1 ends, node 2 has 120 s to end on its own (its command sees
@@ -20,8 +22,14 @@
 set -euo pipefail
 
 SCRIPTS_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-again=""
-if [ "${1:-}" = --again ]; then again=${2:?--again STATUS}; shift 2; fi
+again="" follow=""
+while :; do
+  case "${1:-}" in
+    --again) again=${2:?--again STATUS}; shift 2 ;;
+    --follow) follow=1; shift ;;
+    *) break ;;
+  esac
+done
 out=${1:?usage: vm-pair.sh [--again STATUS] OUT_DIR PORT ARGS1 ARGS2 [ARGS2_AGAIN]}
 port=${2:?PORT}
 args1=${3:?ARGS1}
@@ -62,6 +70,9 @@ start=$(date +%s)
 log "booting node 1 and node 2 on a link over 127.0.0.1:$port-$((port + 1)) (UDP); consoles in $out/node{1,2}.log"
 vm 1 "$link1" "$args1"; pid[1]=$!
 vm 2 "$link2" "$args2"; pid[2]=$!
+# tail ends after node 1's VM (--pid), having printed what is left.
+tail_pid=""
+if [ -n "$follow" ]; then tail -n +1 -f --pid="${pid[1]}" "$out/node1.log" & tail_pid=$!; fi
 
 rc=0 rc1="" boots2=1
 while [ -z "$rc1" ] || [ -n "${pid[2]:-}" ]; do
@@ -95,9 +106,10 @@ while [ -z "$rc1" ] || [ -n "${pid[2]:-}" ]; do
   fi
 done
 trap - EXIT
+[ -z "$tail_pid" ] || wait "$tail_pid" || true
 log "both VMs done in $(( $(date +%s) - start ))s"
 if [ "$rc" != 0 ]; then
-  for n in 1 2; do
+  for n in $([ -n "$follow" ] && echo 2 || echo 1 2); do
     log "node $n, last lines of $out/node$n.log:"
     tail -n 40 "$out/node$n.log" >&2
   done

@@ -139,6 +139,11 @@ func run(m *testing.M) int {
 		return fail("multus", err)
 	}
 	if *demo != "" {
+		if *nodes > 1 {
+			if err := prepareJobDemo(); err != nil {
+				return fail("the demo's two-node job", err)
+			}
+		}
 		return runDemo(*demo)
 	}
 	rc := m.Run()

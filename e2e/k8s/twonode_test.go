@@ -25,6 +25,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -193,13 +194,14 @@ func stopNodes() {
 	}
 }
 
-// waitNodeHome waits until node n's netns holds dev and nic again.
+// waitNodeHome waits until node n's netns holds dev and nic again: read
+// here for this node, asked of its agent for the others.
 func waitNodeHome(t *testing.T, n int, dev, nic string) {
 	t.Helper()
 	var last nodeNetns
 	var lastErr error
 	err := cririg.Wait(time.Minute, fmt.Sprintf("%s and %s home on node %d", dev, nic, n), func() (bool, error) {
-		last, lastErr = nodeHost(ctx(t), n)
+		last, lastErr = netnsOf(ctx(t), n)
 		return lastErr == nil && rig.Contains(last.RDMA, dev) && rig.Contains(last.Links, nic), nil
 	})
 	if err != nil {
@@ -211,11 +213,20 @@ func waitNodeHome(t *testing.T, n int, dev, nic string) {
 // a boot other than notBoot (a boot ID; "" for any).
 func waitJoined(t *testing.T, n int, notBoot string) nodeNetns {
 	t.Helper()
+	st, err := joined(ctx(t), n, notBoot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// joined is waitJoined returning its error.
+func joined(c context.Context, n int, notBoot string) (nodeNetns, error) {
 	var st nodeNetns
 	name := cluster.NodeName(n)
 	var last string
 	err := cririg.Wait(4*time.Minute, "node "+name+" Ready with Multus", func() (bool, error) {
-		nd, err := cs.CoreV1().Nodes().Get(ctx(t), name, metav1.GetOptions{})
+		nd, err := cs.CoreV1().Nodes().Get(c, name, metav1.GetOptions{})
 		if err != nil {
 			last = err.Error()
 			return false, nil
@@ -224,14 +235,14 @@ func waitJoined(t *testing.T, n int, notBoot string) nodeNetns {
 		for _, c := range nd.Status.Conditions {
 			ready = ready || c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue
 		}
-		st, err = nodeHost(ctx(t), n)
+		st, err = nodeHost(c, n)
 		last = fmt.Sprintf("Ready %v, agent %+v (%v)", ready, st, err)
 		return ready && err == nil && st.Multus && st.BootID != notBoot, nil
 	})
 	if err != nil {
-		t.Fatalf("%v: %s", err, last)
+		return st, fmt.Errorf("%v: %s", err, last)
 	}
-	return st
+	return st, nil
 }
 
 // A worker of a job across nodes: one pod per node on the same NAD.
@@ -243,6 +254,11 @@ type spanWorker struct {
 
 func (w spanWorker) peer() rig.Peer {
 	return rig.Peer{Run: execRunner(workersNS, w.name, "worker"), Dev: twoNodeName, IP: w.ip}
+}
+
+// spanWorkerPair is a job's two workers, one on each node.
+func spanWorkerPair() []spanWorker {
+	return []spanWorker{{"span-worker-0", 1, "10.99.1.1"}, {"span-worker-1", 2, "10.99.1.2"}}
 }
 
 // spanWorkerPod is a worker as a job's pod template makes it: the tools
@@ -286,7 +302,7 @@ func startSpanWorkers(t *testing.T) []spanWorker {
 // startSpanWorkersOf is startSpanWorkers with pods made by podOf.
 func startSpanWorkersOf(t *testing.T, podOf func(spanWorker) *corev1.Pod) []spanWorker {
 	t.Helper()
-	workers := []spanWorker{{"span-worker-0", 1, "10.99.1.1"}, {"span-worker-1", 2, "10.99.1.2"}}
+	workers := spanWorkerPair()
 	for _, w := range workers {
 		createPod(t, podOf(w))
 		t.Cleanup(func() { deletePod(t, workersNS, w.name, workersGrace) })
@@ -311,56 +327,77 @@ func startSpanWorkersOf(t *testing.T, podOf func(spanWorker) *corev1.Pod) []span
 	return workers
 }
 
-// hostOf is node n's own netns: read here for node 1, asked of the agent
-// for the others.
+// netnsOf is node n's own netns: read here for this node, asked of the
+// agent for the others.
+func netnsOf(c context.Context, n int) (nodeNetns, error) {
+	if n == node.Number {
+		return readNodeNetns()
+	}
+	return nodeHost(c, n)
+}
+
+// hostOf is netnsOf, failing the test when it cannot be read.
 func hostOf(t *testing.T, n int) nodeNetns {
 	t.Helper()
-	var st nodeNetns
-	var err error
-	if n == node.Number {
-		st, err = readNodeNetns()
-	} else {
-		st, err = nodeHost(ctx(t), n)
-	}
+	st, err := netnsOf(ctx(t), n)
 	if err != nil {
 		t.Fatalf("node %d's netns: %v", n, err)
 	}
 	return st
 }
 
-// stopSpanWorkers deletes the workers and waits for each node's device
-// and NIC to be back in its netns.
+// stopSpanWorkers deletes the workers, as a job controller deletes a
+// job's pods, and waits for each node's device and NIC to be back in its
+// netns.
 func stopSpanWorkers(t *testing.T, workers []spanWorker) {
 	t.Helper()
 	for _, w := range workers {
-		if err := cs.CoreV1().Pods(workersNS).Delete(ctx(t), w.name, workersGrace); err != nil {
+		if err := cs.CoreV1().Pods(workersNS).Delete(ctx(t), w.name, workersGrace); err != nil && !apierrors.IsNotFound(err) {
 			t.Fatal(err)
 		}
 	}
 	for _, w := range workers {
 		deletePod(t, workersNS, w.name, workersGrace)
-		if w.node == node.Number {
-			waitHome(t, twoNodeDev)
-			if st := hostOf(t, w.node); !rig.Contains(st.Links, twoNodeNIC) {
-				t.Errorf("node %d: %s not home after %s was deleted: links %v", w.node, twoNodeNIC, w.name, st.Links)
-			}
-			continue
-		}
 		waitNodeHome(t, w.node, twoNodeDev, twoNodeNIC)
 	}
 }
 
-// Two pods on two nodes, one NAD: each node's device moves into its pod
-// under the NAD's rdmaDevName, and RDMA flows between the pods both ways
-// across the link (ib_write_bw, ib_send_lat), each tool opening the device
-// by that one name. Deleted, both devices and both NICs are home.
+// One job's life across two nodes, as users run it: two unprivileged pods,
+// one per node, on one NAD; each node's device moves into its pod under
+// the NAD's rdmaDevName. RDMA flows between the pods both ways across the
+// link (perftest), an MPI allreduce runs over it (mpi_test.go), a node
+// reboots in the middle of a job, and the rerun passes. Deleted, both
+// devices and both NICs are home on both nodes. One lifecycle, so that
+// make test pays for the pods' starts once.
 func TestTwoNodes(t *testing.T) {
 	if *nodes < 2 {
-		t.Skip("one node: make e2e-k8s's two-node boot runs this (-k8s.nodes 2)")
+		t.Skip("one node: make e2e-k8s-nodes's two-node boot runs this (-k8s.nodes 2)")
 	}
-	waitJoined(t, 2, "")
+	before := waitJoined(t, 2, "")
+	importMPIImage(t)
 	applyManifest(t, "nad-renamed")
-	workers := startSpanWorkers(t)
+	createMPISecret(t)
+	workers := startMPIWorkers(t)
+	t.Run("perftest", func(t *testing.T) { perftestBothWays(t, workers) })
+	t.Run("allreduce", func(t *testing.T) { allreduceOverRDMA(t, workers) })
+	rebooted := false
+	t.Run("reboot", func(t *testing.T) {
+		rebootMidJob(t, workers, before.BootID)
+		rebooted = true
+	})
+	if rebooted {
+		// The job's pods were deleted after the reboot: the rerun's are
+		// new, on the same two nodes.
+		workers = startMPIWorkers(t)
+		r, _ := runAllreduce(t, workers, overRDMA, 1<<20, 5)
+		t.Logf("rerun after node 2's reboot: allreduce of %d B x %d over RDMA in %.2f s", r.BytesPerRank, r.Iterations, r.Seconds)
+	}
+	stopSpanWorkers(t, workers)
+}
+
+// perftestBothWays runs ib_write_bw and ib_send_lat between the workers,
+// each way, each tool opening the device by the NAD's one name.
+func perftestBothWays(t *testing.T, workers []spanWorker) {
 	for _, dir := range [][2]spanWorker{{workers[0], workers[1]}, {workers[1], workers[0]}} {
 		srv, cli := dir[0], dir[1]
 		bw, err := rig.WriteBWBetween(ctx(t), srv.peer(), cli.peer(), 65536, 200)
@@ -380,7 +417,6 @@ func TestTwoNodes(t *testing.T) {
 		t.Logf("%s (node %d) -> %s (node %d): ib_write_bw %d x %d B average %.2f MB/s; ib_send_lat %d x %d B round trips, %s",
 			cli.name, cli.node, srv.name, srv.node, bw.Iters, bw.Bytes, bw.AverageMBps, lat.Iters, lat.Bytes, typical)
 	}
-	stopSpanWorkers(t, workers)
 }
 
 // waitSending waits for w's device to have sent RoCE packets, twice

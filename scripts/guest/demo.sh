@@ -15,6 +15,15 @@ set -e -o pipefail
 IP=/usr/sbin/ip
 RDMA=/usr/sbin/rdma
 M=/payload/k8s-manifests
+# Part 3's job, when the cluster has a second node: its workers' pods and
+# mpirun's command line as e2e/k8s's TestTwoNodes makes them, written by
+# k8s.test (prepareJobDemo). Node 1 is localhost; node 2 is named by the
+# address its kubelet is reached at, and answers for its own netns on its
+# management address (the rig's agent, standing in for ssh to a node).
+JOB=/run/demo-job
+NODE1=localhost
+NODE2=127.0.0.2
+NODE2_AGENT=http://10.99.0.2:7070/host
 # The versions the payload was built with (build-payload.sh).
 . /payload/versions.env
 
@@ -64,6 +73,10 @@ printf '\n######## Part 2: Kubernetes (kubelet %s, containerd %s, Multus %s)\n' 
 step "The node, and rdma-netns installed by conf/daemonset.yaml"
 run kubectl get nodes -o wide
 run kubectl -n kube-system get pods -o wide
+if [ -d "$JOB" ]; then
+  echo "   Parts 1 and 2 are node $NODE1's: node $NODE2 waits cordoned for Part 3."
+  run kubectl cordon "$NODE2"
+fi
 took
 
 step "Two NCCL workers on two NICs: conf/nad-host-device.yaml (eth1, and again on eth2) and conf/pod-nccl.yaml"
@@ -141,4 +154,72 @@ until on_host "$dev0" && on_host "$dev1"; do
 done
 echo "   on the node: RDMA devices $(host_devices)"
 $RDMA link show | grep -wE "$dev0|$dev1" | indent
+took
+
+[ -d "$JOB" ] || exit 0
+
+printf '\n######## Part 3: one job, two nodes (Open MPI and UCX from Debian, RDMA across the link)\n'
+step "Two nodes whose eth1 share one Ethernet link; each has its own rxe1 on it"
+run kubectl uncordon "$NODE2"
+run kubectl get nodes -o wide
+echo "   node $NODE1's RDMA devices: $(host_devices)"
+echo "   node $NODE2's netns (its agent): $(wget -qO- "$NODE2_AGENT")"
+took
+
+step "The job's network: conf/nad-renamed.yaml, host-device eth1 then rdma-netns naming the device rdma_net1 in every pod"
+run kubectl apply -f $M/nad-renamed.yaml
+took
+
+step "Two MPI workers, one per node: sshd as mpiuser, the job's key from Secret mpi-job-ssh (the MPI Operator's layout), no capabilities"
+run kubectl apply -f $JOB/workers.json
+run kubectl wait --for=condition=Ready pod/span-worker-0 pod/span-worker-1 --timeout=180s
+run kubectl get pods -o wide span-worker-0 span-worker-1
+for p in span-worker-0 span-worker-1; do
+  # sshd listens on 2222 (08AE), the image's sshd_config.mpi.
+  i=0
+  until kubectl exec $p -- cat /proc/net/tcp /proc/net/tcp6 2>/dev/null | grep -q ':08AE 0*:0000 0A'; do
+    i=$((i + 1))
+    [ $i -lt 60 ] || { echo "demo: $p's sshd never listened" >&2; exit 1; }
+    sleep 1
+  done
+done
+run kubectl exec span-worker-0 -- ibv_devices
+run kubectl exec span-worker-1 -- ibv_devices
+echo "   node $NODE1's RDMA devices: $(host_devices)"
+echo "   node $NODE2's netns (its agent): $(wget -qO- "$NODE2_AGENT")"
+took
+
+# counters prints each pod's device counters and keeps them in C_<pod>.
+hw=/sys/class/infiniband/rdma_net1/ports/1/hw_counters
+counters() {
+  for p in span-worker-0 span-worker-1; do
+    c=$(kubectl exec $p -- cat $hw/sent_pkts $hw/rcvd_pkts | tr '\n' ' ')
+    eval "C_${p#span-worker-}_$1=\"$c\""
+    echo "   $p rdma_net1: sent_pkts rcvd_pkts = $c"
+  done
+}
+step "mpirun in worker 0 (the launcher as a worker, as the MPI Operator runs it): an allreduce of 1 MiB x 5 over RDMA (UCX on rdma_net1)"
+echo "   RoCE packet counters of both pods' devices before:"
+counters before
+set --
+while IFS= read -r a; do set -- "$@" "$a"; done < $JOB/mpirun.args
+run kubectl exec span-worker-0 -- "$@"
+echo "   after:"
+counters after
+for i in 0 1; do
+  eval "b=\$C_${i}_before a=\$C_${i}_after"
+  echo "$b $a" | awk -v p="span-worker-$i" '{ printf "   %s moved %d RoCE packets out and %d in during the job\n", p, $3 - $1, $4 - $2 }'
+done
+took
+
+step "kubectl delete: each device home on its own node, each NIC too"
+run kubectl delete pod span-worker-0 span-worker-1 --grace-period=1
+i=0
+until on_host rxe1 && wget -qO- "$NODE2_AGENT" | grep -q '"rxe1"'; do
+  i=$((i + 1))
+  [ $i -lt 600 ] || { echo "demo: rxe1 not back on both nodes" >&2; exit 1; }
+  sleep 0.1
+done
+echo "   node $NODE1's RDMA devices: $(host_devices)"
+echo "   node $NODE2's netns (its agent): $(wget -qO- "$NODE2_AGENT")"
 took
