@@ -177,11 +177,16 @@ K8S_LINK_PORT ?= 13747
 K8S_NODE2_DISK := $(OUT)/k8s-node2.img
 K8S_NODES_TESTS = ^TestTwoNodes$$
 e2e-k8s-nodes: k8s-payload
-	@set -e; $(K8S_ENV); \
+	@$(call K8S_PAIR,-test.run $(K8S_NODES_TESTS),$(OUT)/k8s-nodes)
+
+# K8S_PAIR is the two-node rig in a recipe, for e2e-k8s-nodes and
+# bench-nodes: $(call K8S_PAIR,FLAGS,DIR) has node 1 run k8s.test with
+# FLAGS after its own, and vm-pair.sh write both consoles in DIR.
+K8S_PAIR = set -e; $(K8S_ENV); \
 	rm -f $(K8S_NODE2_DISK); truncate -s 4G $(K8S_NODE2_DISK); mkfs.ext4 -q -F $(K8S_NODE2_DISK); \
 	a="$(K8S_VM_ARGS) --nics 3 --timeout 1800"; \
-	$(K8S_CONTROL_PLANE) -nodes 2 -- scripts/vm-pair.sh --again 75 $(OUT)/k8s-nodes $(K8S_LINK_PORT) \
-	  "$$a -- 'k8s.test $(E2E_FLAGS) -k8s.nodes 2 -test.run $(K8S_NODES_TESTS)'" \
+	$(K8S_CONTROL_PLANE) -nodes 2 -- scripts/vm-pair.sh --again 75 $(2) $(K8S_LINK_PORT) \
+	  "$$a -- 'k8s.test $(E2E_FLAGS) -k8s.nodes 2 $(1)'" \
 	  "$$a --disk $(K8S_NODE2_DISK) -- 'k8s.test $(E2E_FLAGS) -k8s.nodes 2 -k8s.boot join'"
 
 ## e2e-k8s-oldest: the same rig on the oldest supported pair, versions.env's
@@ -313,6 +318,21 @@ bench-k8s:
 	@sed -n '/^=== K8S BENCH BEGIN ===/,/^=== K8S BENCH END ===/p' $(OUT)/bench-k8s.log | sed '1d;$$d' > $(OUT)/bench-k8s.txt; cat $(OUT)/bench-k8s.txt
 	@rc=$$(cat $(OUT)/bench-k8s.rc); rm -f $(OUT)/bench-k8s.rc; [ "$$rc" != 0 ] || echo "Kubernetes bench table: $(OUT)/bench-k8s.txt"; exit $$rc
 
+## bench-nodes: job start on the two-node cluster of make e2e-k8s-nodes:
+## the time from the creation of a two-rank MPI job's pods (one per node)
+## to the end of its first allreduce, on a NAD whose chain has rdma-netns
+## (the job over RDMA) and on the same chain without it (over TCP),
+## K8S_JOB_BENCH_ROUNDS jobs of each, alternated (make bench runs it too;
+## e2e/k8s/bench_nodes_test.go); the table of medians lands in
+## $(OUT)/bench-nodes.txt, the nodes' consoles in $(OUT)/bench-nodes/.
+K8S_JOB_BENCH_ROUNDS ?= 3
+bench: bench-nodes
+bench-nodes:
+	@$(MAKE) --no-print-directory k8s-payload
+	@{ ( $(call K8S_PAIR,-test.run ^TestBenchJobStart$$ -k8s.bench-jobs $(K8S_JOB_BENCH_ROUNDS),$(OUT)/bench-nodes) ); echo $$? > $(OUT)/bench-nodes.rc; } 2>&1 | tee $(OUT)/bench-nodes.log
+	@sed -n '/^=== K8S JOB BENCH BEGIN ===/,/^=== K8S JOB BENCH END ===/p' $(OUT)/bench-nodes/node1.log | sed '1d;$$d' > $(OUT)/bench-nodes.txt; cat $(OUT)/bench-nodes.txt
+	@rc=$$(cat $(OUT)/bench-nodes.rc); rm -f $(OUT)/bench-nodes.rc; [ "$$rc" != 0 ] || echo "job start bench table: $(OUT)/bench-nodes.txt"; exit $$rc
+
 ## stress: fuzz the parsers on the host, then seeded random ADD/DEL rounds,
 ## concurrent ADD/DEL on the same and other devices,
 ## racing ADDs, injected faults and bad input in the test VM, then
@@ -345,7 +365,7 @@ fuzz:
 	  done; \
 	done
 
-.PHONY: bench bench-nri bench-link bench-k8s stress stress-vm stress-short fuzz
+.PHONY: bench bench-nri bench-link bench-k8s bench-nodes stress stress-vm stress-short fuzz
 
 ## image: the DaemonSet's image without Docker: the static binaries of
 ## IMAGE_BINS (NAME=PACKAGE) on scratch at /NAME, for every platform in
