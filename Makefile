@@ -179,13 +179,14 @@ K8S_NODES_TESTS = ^TestTwoNodes$$
 e2e-k8s-nodes: k8s-payload
 	@$(call K8S_PAIR,-test.run $(K8S_NODES_TESTS),$(OUT)/k8s-nodes)
 
-# K8S_PAIR is the two-node rig in a recipe, for e2e-k8s-nodes and
-# bench-nodes: $(call K8S_PAIR,FLAGS,DIR) has node 1 run k8s.test with
-# FLAGS after its own, and vm-pair.sh write both consoles in DIR.
+# K8S_PAIR is the two-node rig in a recipe, for e2e-k8s-nodes, bench-nodes
+# and demo: $(call K8S_PAIR,FLAGS,DIR[,OPTIONS]) has node 1 run k8s.test
+# with FLAGS after its own, and vm-pair.sh (with OPTIONS) write both
+# consoles in DIR.
 K8S_PAIR = set -e; $(K8S_ENV); \
 	rm -f $(K8S_NODE2_DISK); truncate -s 4G $(K8S_NODE2_DISK); mkfs.ext4 -q -F $(K8S_NODE2_DISK); \
 	a="$(K8S_VM_ARGS) --nics 3 --timeout 1800"; \
-	$(K8S_CONTROL_PLANE) -nodes 2 -- scripts/vm-pair.sh --again 75 $(2) $(K8S_LINK_PORT) \
+	$(K8S_CONTROL_PLANE) -nodes 2 -- scripts/vm-pair.sh --again 75 $(3) $(2) $(K8S_LINK_PORT) \
 	  "$$a -- 'k8s.test $(E2E_FLAGS) -k8s.nodes 2 $(1)'" \
 	  "$$a --disk $(K8S_NODE2_DISK) -- 'k8s.test $(E2E_FLAGS) -k8s.nodes 2 -k8s.boot join'"
 
@@ -251,12 +252,7 @@ OLDEST_PREBUILD = mkdir -p $(OUT); exec 8>$(OLDEST_PREBUILD_LOCK); flock 8; \
 ## on its node. Node 1's console is the demo's output.
 demo:
 	@$(MAKE) --no-print-directory k8s-payload K8S_KUBECTL=1
-	@set -e; $(K8S_ENV); \
-	rm -f $(K8S_NODE2_DISK); truncate -s 4G $(K8S_NODE2_DISK); mkfs.ext4 -q -F $(K8S_NODE2_DISK); \
-	a="$(K8S_VM_ARGS) --nics 3 --timeout 1800"; \
-	$(K8S_CONTROL_PLANE) -nodes 2 -- scripts/vm-pair.sh --follow $(OUT)/k8s-nodes $(K8S_LINK_PORT) \
-	  "$$a -- 'k8s.test -k8s.nodes 2 -demo /payload/demo.sh'" \
-	  "$$a --disk $(K8S_NODE2_DISK) -- 'k8s.test -k8s.nodes 2 -k8s.boot join'"
+	@$(call K8S_PAIR,-demo /payload/demo.sh,$(OUT)/k8s-nodes,--follow)
 
 ## bench: cost of ADD/DEL against the kernel's own cost of the move and
 ## against upstream rdma-cni (built from the Go module proxy at
