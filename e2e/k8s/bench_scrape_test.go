@@ -139,18 +139,17 @@ type scrapeBenchPod struct {
 	nic  rig.NIC
 }
 
-// startScrapeBenchPods starts a tools pod on a NAD of each NIC, all at
-// once, checks that each holds its NIC's device alone, and deletes them
-// when the test ends, waiting for every device to be home.
+// startScrapeBenchPods starts a tools pod on a NAD of each NIC, one after
+// another, checks that each holds its NIC's device alone, and deletes them
+// one after another when the test ends, waiting for every device to be
+// home. Not all at once: eight pods created together made Multus's daemon
+// (its upstream manifest: 100m CPU, 50Mi memory) crash-loop, its ADDs
+// answering EOF, and no pod started in five minutes (the first run of
+// this bench).
 func startScrapeBenchPods(t *testing.T, nics []rig.NIC) []scrapeBenchPod {
 	t.Helper()
 	var pods []scrapeBenchPod
 	t.Cleanup(func() {
-		for _, p := range pods {
-			if err := cs.CoreV1().Pods("default").Delete(ctx(t), p.name, metav1.DeleteOptions{}); err != nil {
-				t.Errorf("delete pod %s: %v", p.name, err)
-			}
-		}
 		for _, p := range pods {
 			deletePod(t, "default", p.name, metav1.DeleteOptions{})
 		}
@@ -164,14 +163,12 @@ func startScrapeBenchPods(t *testing.T, nics []rig.NIC) []scrapeBenchPod {
 		nad(t, "default", p.name, nic.Netdev, fmt.Sprintf("10.100.%d.1/29", 121+i), "")
 		createPod(t, toolsPod("default", p.name, p.name))
 		pods = append(pods, p)
-	}
-	for _, p := range pods {
 		waitRunning(t, "default", p.name, 5*time.Minute)
 		if in, err := rig.RDMAIn(mustNetns(t, "default", p.name)); err != nil || len(in) != 1 || in[0] != p.nic.RDMA {
 			t.Fatalf("pod %s: RDMA devices %v (%v), want [%s]", p.name, in, err, p.nic.RDMA)
 		}
 	}
-	t.Logf("%d pods Running, each with its NIC's RDMA device, %s after the first create", len(pods), time.Since(began).Round(time.Second))
+	t.Logf("%d pods Running one after another, each with its NIC's RDMA device, %s after the first create", len(pods), time.Since(began).Round(time.Second))
 	return pods
 }
 
@@ -274,6 +271,9 @@ func (b *scrapeBencher) phase(label string, pods []scrapeBenchPod) *scrapePhase 
 	}
 	ph.rows["collection"] = ph.collection
 	t.Logf("%s: %d bytes, %d samples, %d of %d back-to-back scrapes collected", label, ph.bytes, ph.samples, ph.collectedB2B, b.n)
+	for _, r := range scrapeRows {
+		t.Logf("%s: %s: p50 %s ms, p90 %s ms", label, r.what, rig.Ms(percentile(ph.rows[r.key], 50)), rig.Ms(percentile(ph.rows[r.key], 90)))
+	}
 	return ph
 }
 
