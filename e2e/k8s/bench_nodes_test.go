@@ -9,7 +9,6 @@ package k8s
 import (
 	"flag"
 	"fmt"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -20,9 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 
-	"github.com/rdma-netns/rdma-netns/e2e/cri/cririg"
 	"github.com/rdma-netns/rdma-netns/e2e/internal/rig"
-	"github.com/rdma-netns/rdma-netns/e2e/k8s/node"
 )
 
 // jobBenchRounds is how many jobs of each kind TestBenchJobStart starts
@@ -168,7 +165,7 @@ func runJob(t *testing.T, k jobKind, id string) jobTimes {
 		checkJobWorker(t, k, wk)
 	}
 	deleted := time.Now()
-	stopJob(t, workers)
+	stopSpanWorkers(t, workers)
 	return jobTimes{running: running.Sub(created), sshd: listening.Sub(running), allreduce: done.Sub(listening), stop: time.Since(deleted)}
 }
 
@@ -215,20 +212,6 @@ func waitJobRunning(t *testing.T, w watch.Interface, workers []spanWorker) time.
 	}
 }
 
-// waitSSHD waits for the worker's sshd to listen, as startMPIWorkers
-// does.
-func waitSSHD(t *testing.T, w spanWorker) {
-	t.Helper()
-	listen := regexp.MustCompile(fmt.Sprintf(`:%04X 0+:0000 0A`, sshdPort))
-	err := cririg.Wait(time.Minute, w.name+"'s sshd listening on "+strconv.Itoa(sshdPort), func() (bool, error) {
-		out, _, err := execIn(t, workersNS, w.name, "worker", "cat", "/proc/net/tcp", "/proc/net/tcp6")
-		return err == nil && listen.MatchString(out), nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-}
-
 // checkJobWorker: the worker sees the RDMA devices its kind gives it
 // (its netns's own, in sysfs), and its node holds neither its NIC nor, if
 // the pod has it, its RDMA device.
@@ -247,32 +230,5 @@ func checkJobWorker(t *testing.T, k jobKind, w spanWorker) {
 	}
 	if home := rig.Contains(st.RDMA, twoNodeDev); home != (len(k.devs) == 0) {
 		t.Errorf("node %d with %s (%s) running: holds %s: %v, want %v (RDMA %v)", w.node, w.name, k.network, twoNodeDev, home, len(k.devs) == 0, st.RDMA)
-	}
-}
-
-// stopJob deletes the workers, both deletes issued before either is
-// awaited, and waits for each node's NIC and RDMA device to be home.
-func stopJob(t *testing.T, workers []spanWorker) {
-	t.Helper()
-	for _, w := range workers {
-		if err := cs.CoreV1().Pods(workersNS).Delete(ctx(t), w.name, workersGrace); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, w := range workers {
-		deletePod(t, workersNS, w.name, workersGrace)
-		if w.node != node.Number {
-			waitNodeHome(t, w.node, twoNodeDev, twoNodeNIC)
-			continue
-		}
-		var st nodeNetns
-		var last error
-		err := cririg.Wait(time.Minute, fmt.Sprintf("%s and %s home on node %d", twoNodeDev, twoNodeNIC, w.node), func() (bool, error) {
-			st, last = readNodeNetns()
-			return last == nil && rig.Contains(st.RDMA, twoNodeDev) && rig.Contains(st.Links, twoNodeNIC), nil
-		})
-		if err != nil {
-			t.Fatalf("%v: node %d has RDMA %v, links %v (%v)", err, w.node, st.RDMA, st.Links, last)
-		}
 	}
 }

@@ -122,16 +122,22 @@ func startMPIWorkers(t *testing.T) []spanWorker {
 	t.Helper()
 	workers := startSpanWorkersOf(t, mpiWorkerPod)
 	for _, w := range workers {
-		listen := regexp.MustCompile(fmt.Sprintf(`:%04X 0+:0000 0A`, sshdPort))
-		err := cririg.Wait(time.Minute, w.name+"'s sshd listening on "+strconv.Itoa(sshdPort), func() (bool, error) {
-			out, _, err := execIn(t, workersNS, w.name, "worker", "cat", "/proc/net/tcp", "/proc/net/tcp6")
-			return err == nil && listen.MatchString(out), nil
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
+		waitSSHD(t, w)
 	}
 	return workers
+}
+
+// waitSSHD waits for the worker's sshd to listen.
+func waitSSHD(t *testing.T, w spanWorker) {
+	t.Helper()
+	listen := regexp.MustCompile(fmt.Sprintf(`:%04X 0+:0000 0A`, sshdPort))
+	err := cririg.Wait(time.Minute, w.name+"'s sshd listening on "+strconv.Itoa(sshdPort), func() (bool, error) {
+		out, _, err := execIn(t, workersNS, w.name, "worker", "cat", "/proc/net/tcp", "/proc/net/tcp6")
+		return err == nil && listen.MatchString(out), nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }
 
 // allreduce is allreduce.py's line of JSON.
