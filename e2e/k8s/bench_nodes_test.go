@@ -143,7 +143,12 @@ func jobTable(t *testing.T, kinds []jobKind, times map[string][]jobTimes) string
 func runJob(t *testing.T, k jobKind, id string) jobTimes {
 	t.Helper()
 	job := "job-" + k.key + "-" + id
-	workers := []spanWorker{{job + "-0", 1, "10.99.1.1"}, {job + "-1", 2, "10.99.1.2"}}
+	// The test's pair of workers (their nodes and addresses), named for
+	// this job.
+	workers := spanWorkerPair()
+	for i := range workers {
+		workers[i].name = fmt.Sprintf("%s-%d", job, i)
+	}
 	w, err := cs.CoreV1().Pods(workersNS).Watch(ctx(t), metav1.ListOptions{LabelSelector: jobLabel + "=" + job})
 	if err != nil {
 		t.Fatal(err)
