@@ -26,7 +26,7 @@ if [ ! -f "$dir/.done" ]; then
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
   if ! (cd "$tmp" && apt-get download prometheus >&2); then
     log "apt-get download prometheus failed: updating the package lists"
-    $SUDO apt-get update >&2
+    $SUDO "$HERE/apt.sh" update >&2
     (cd "$tmp" && apt-get download prometheus >&2) || die "apt-get download prometheus failed: is a Debian bookworm source in /etc/apt/sources.list(.d)?"
   fi
   deb=$(ls "$tmp"/prometheus_*.deb)

@@ -20,6 +20,7 @@ set -euo pipefail
 BASE_ROOT=${1:?usage: vm-prepare-cri.sh BASE_ROOT [--print-env]}
 PRINT_ENV=0
 [ "${2:-}" = --print-env ] && PRINT_ENV=1
+SCRIPTS_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 CACHE_ROOT="${XDG_CACHE_HOME:-$HOME/.cache}/rdma-netns"
 PKGS="runc libseccomp2"
 DIR="$CACHE_ROOT/cri-user"
@@ -44,7 +45,7 @@ key_of() {
 KEY=$(key_of || true)
 if [ -z "$KEY" ]; then
   log "apt-get update"
-  apt-get update >/dev/null 2>&1 || die "apt-get update failed"
+  "$SCRIPTS_DIR/apt.sh" update >/dev/null 2>&1 || die "apt-get update failed"
   KEY=$(key_of) || die "apt offers no candidate for one of: $PKGS"
 fi
 KEY="$KEY $(sha256sum "${BASH_SOURCE[0]}" | cut -c1-16)"
@@ -56,7 +57,7 @@ if [ "$(cat "$DIR/.stamp" 2>/dev/null)" != "$KEY" ] || [ ! -f "$CPIO" ]; then
   versions=${KEY% *}
   if ! (cd "$DIR/debs" && apt-get download $versions >/dev/null 2>&1); then
     # Lists a few days old may name versions the mirror dropped.
-    apt-get update >/dev/null 2>&1 || die "apt-get update failed"
+    "$SCRIPTS_DIR/apt.sh" update >/dev/null 2>&1 || die "apt-get update failed"
     versions=$(key_of) || die "apt offers no candidate for one of: $PKGS"
     (cd "$DIR/debs" && apt-get download $versions >/dev/null) || die "apt-get download $versions failed"
     KEY="$versions ${KEY##* }"

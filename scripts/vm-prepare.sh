@@ -53,7 +53,7 @@ APT_UPDATED=0
 apt_update_once() {
   if [ "$APT_UPDATED" = 0 ]; then
     log "apt-get update"
-    run_logged $SUDO apt-get update
+    run_logged $SUDO "$SCRIPTS_DIR/apt.sh" update
     APT_UPDATED=1
   fi
 }
@@ -116,7 +116,7 @@ if [ -n "$missing" ]; then
   apt_update_once
   log "installing host packages:$missing"
   run_logged $SUDO env DEBIAN_FRONTEND=noninteractive \
-    apt-get install -y --no-install-recommends $missing
+    "$SCRIPTS_DIR/apt.sh" install -y --no-install-recommends $missing
 fi
 for t in qemu-system-x86_64 cpio depmod modprobe make gcc patch; do
   command -v "$t" >/dev/null || die "$t not found after installing packages"

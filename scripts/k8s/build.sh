@@ -48,16 +48,16 @@ for need in socat:socat mkfs.ext4:e2fsprogs; do
   pkg=${need#*:}
   log "installing $pkg"
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
-  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$pkg" >&2 ||
-    { $SUDO apt-get update >&2 && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$pkg" >&2; }
+  $SUDO env DEBIAN_FRONTEND=noninteractive "$HERE/../apt.sh" install -y --no-install-recommends "$pkg" >&2 ||
+    { $SUDO "$HERE/../apt.sh" update >&2 && $SUDO env DEBIAN_FRONTEND=noninteractive "$HERE/../apt.sh" install -y --no-install-recommends "$pkg" >&2; }
 done
 # runc (scripts/k8s/runc) is built with cgo, static, with seccomp: gcc,
 # pkg-config and libseccomp's static library (libseccomp-dev).
 if ! command -v gcc >/dev/null || ! command -v pkg-config >/dev/null || ! pkg-config --exists libseccomp; then
   log "installing gcc pkg-config libseccomp-dev (runc's build)"
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
-  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends gcc libc6-dev pkg-config libseccomp-dev >&2 ||
-    { $SUDO apt-get update >&2 && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends gcc libc6-dev pkg-config libseccomp-dev >&2; }
+  $SUDO env DEBIAN_FRONTEND=noninteractive "$HERE/../apt.sh" install -y --no-install-recommends gcc libc6-dev pkg-config libseccomp-dev >&2 ||
+    { $SUDO "$HERE/../apt.sh" update >&2 && $SUDO env DEBIAN_FRONTEND=noninteractive "$HERE/../apt.sh" install -y --no-install-recommends gcc libc6-dev pkg-config libseccomp-dev >&2; }
 fi
 modversion() { (cd "$1" && go list -m -f '{{.Version}}' "$2"); }
 # need DIR MODULE VERSION: the module in DIR requires MODULE at VERSION.

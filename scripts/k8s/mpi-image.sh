@@ -85,7 +85,7 @@ APT_UPDATED=0
 apt_update() {
   [ "$APT_UPDATED" = 0 ] || return 1
   log "apt-get update"
-  apt-get update -qq > /dev/null || die "apt-get update failed"
+  "$here/../apt.sh" update -qq > /dev/null || die "apt-get update failed"
   APT_UPDATED=1
 }
 
