@@ -4,6 +4,7 @@ package k8s
 
 import (
 	"encoding/json"
+	"fmt"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -26,8 +27,8 @@ type tenant struct {
 	nic               rig.NIC
 }
 
-// tenancy is TestTenants' two tenants and the host's netdevs and RDMA
-// devices with no pod on either NIC.
+// tenancy is one lane of TestTenants: its two tenants, and the host's
+// netdevs and RDMA devices before the test, when no pod held any NIC.
 type tenancy struct {
 	t1, t2        *tenant
 	netdevs, rdma []string
@@ -41,22 +42,54 @@ type tenancy struct {
 // operator's NAD names the device t2's pod holds. Each is refused with an
 // event that says which input, with which value, and why, and that names
 // no other RDMA device of the node and nothing of t2's pod; t2's pod
-// starts with its own device; after each the host has every NIC and RDMA
-// device back under its own name, and the NAD's next pod starts with its
-// device.
+// starts with its own device; after each the host has the tenants' NICs
+// and RDMA devices back under their own names, and the NAD's next pod
+// starts with its device.
+//
+// The cases run in two lanes at once, each on a NIC pair of its own
+// (eth4/eth5, eth6/eth7) with NADs of its own in the same two namespaces:
+// one after another they were 20 pod starts and 300-640 s of the first
+// boot. Two lanes, not one per case: eight pods started at once have put
+// Multus's daemon into CrashLoopBackOff (docs/kubernetes.md). When both
+// lanes are done the host has every NIC and device it had before.
 func TestTenants(t *testing.T) {
-	ts := &tenancy{
-		t1: &tenant{ns: "t1", network: "t1-net", addr: "10.100.111.1/29", nic: nicNamed(t, "eth4")},
-		t2: &tenant{ns: "t2", network: "t2-net", addr: "10.100.112.1/29", nic: nicNamed(t, "eth5")},
+	for _, ns := range []string{"t1", "t2"} {
+		createNamespace(t, ns)
 	}
-	t1, t2 := ts.t1, ts.t2
-	for _, tn := range []*tenant{t1, t2} {
-		createNamespace(t, tn.ns)
-		nad(t, tn.ns, tn.network, tn.nic.Netdev, tn.addr, "")
+	netdevs, rdma := hostState(t)
+	lanes := []struct {
+		name  string
+		nics  [2]string
+		cases []func(*tenancy, *testing.T)
+	}{
+		{"eth4,eth5", [2]string{"eth4", "eth5"}, []func(*tenancy, *testing.T){(*tenancy).otherNADsDevName, (*tenancy).otherDevice}},
+		{"eth6,eth7", [2]string{"eth6", "eth7"}, []func(*tenancy, *testing.T){(*tenancy).otherDeviceID, (*tenancy).malformedDevName, (*tenancy).heldByOtherNamespace}},
 	}
-	ts.netdevs, ts.rdma = hostState(t)
+	t.Run("lanes", func(t *testing.T) {
+		for i, l := range lanes {
+			t.Run(l.name, func(t *testing.T) {
+				t.Parallel()
+				ts := &tenancy{
+					t1:      &tenant{ns: "t1", network: "t1-net-" + l.nics[0], addr: fmt.Sprintf("10.100.%d.1/29", 111+2*i), nic: nicNamed(t, l.nics[0])},
+					t2:      &tenant{ns: "t2", network: "t2-net-" + l.nics[1], addr: fmt.Sprintf("10.100.%d.1/29", 112+2*i), nic: nicNamed(t, l.nics[1])},
+					netdevs: netdevs, rdma: rdma,
+				}
+				for _, tn := range []*tenant{ts.t1, ts.t2} {
+					nad(t, tn.ns, tn.network, tn.nic.Netdev, tn.addr, "")
+				}
+				for _, c := range l.cases {
+					c(ts, t)
+				}
+			})
+		}
+	})
+	waitHostState(t, netdevs, rdma)
+}
 
+// otherDevice: cni-args rdmaDevice names the other tenant's device.
+func (ts *tenancy) otherDevice(t *testing.T) {
 	t.Run("cni-args rdmaDevice of the other tenant's device", func(t *testing.T) {
+		t1, t2 := ts.t1, ts.t2
 		hostile := toolsPod(t1.ns, "t1-rdmadevice", selection(t1.network, "cni-args", map[string]any{"rdmaDevice": t2.nic.RDMA}))
 		ts.refused(t, hostile, "args.cni.rdmaDevice", strconv.Quote(t2.nic.RDMA), "refused", "nothing was changed")
 		// t2's pod starts with its own device while t1's keeps retrying.
@@ -66,8 +99,13 @@ func TestTenants(t *testing.T) {
 		ts.settled(t)
 		ts.nextStarts(t, "t1-rdmadevice-next", t1.network)
 	})
+}
 
+// otherDeviceID: the network-selection element's deviceID names the other
+// tenant's NIC.
+func (ts *tenancy) otherDeviceID(t *testing.T) {
 	t.Run("deviceID of the other tenant's NIC", func(t *testing.T) {
+		t1, t2 := ts.t1, ts.t2
 		// Multus passes a network-selection element's deviceID on as
 		// runtimeConfig.deviceID to the plugins that declare the capability
 		// (when no device plugin allocated one), as conf/nad-device-info.yaml
@@ -83,8 +121,12 @@ func TestTenants(t *testing.T) {
 		// NAD's next pod starts with it.
 		ts.nextStarts(t, "t1-deviceid-next", selection("t1-devid", "deviceID", t1.nic.PCI))
 	})
+}
 
+// malformedDevName: cni-args rdmaDevName is no RDMA device name.
+func (ts *tenancy) malformedDevName(t *testing.T) {
 	t.Run("malformed cni-args rdmaDevName", func(t *testing.T) {
+		t1 := ts.t1
 		for _, c := range []struct {
 			pod   string
 			value any
@@ -107,8 +149,13 @@ func TestTenants(t *testing.T) {
 		}
 		ts.nextStarts(t, "t1-devname-next", t1.network)
 	})
+}
 
+// otherNADsDevName: cni-args rdmaDevName is the name the other tenant's
+// NAD gives its device.
+func (ts *tenancy) otherNADsDevName(t *testing.T) {
 	t.Run("cni-args rdmaDevName of the other tenant's NAD", func(t *testing.T) {
+		t1, t2 := ts.t1, ts.t2
 		const job = "rdma_job0"
 		nad(t, t2.ns, "t2-job", t2.nic.Netdev, t2.addr, `, "rdmaDevName": "`+job+`"`)
 		hostile := toolsPod(t1.ns, "t1-job", selection(t1.network, "cni-args", map[string]any{"rdmaDevName": job}))
@@ -136,8 +183,13 @@ func TestTenants(t *testing.T) {
 		// Both devices are back under their own names.
 		ts.settled(t)
 	})
+}
 
+// heldByOtherNamespace: the tenant's operator names in its NAD the device a
+// pod of the other namespace holds.
+func (ts *tenancy) heldByOtherNamespace(t *testing.T) {
 	t.Run("device held by a pod of another namespace", func(t *testing.T) {
+		t1, t2 := ts.t1, ts.t2
 		held := t2.nic.RDMA
 		holderNetns := runsWith(t, t2.ns, "t2-holder", t2.network, held)
 		holder, err := cs.CoreV1().Pods(t2.ns).Get(ctx(t), "t2-holder", metav1.GetOptions{})
@@ -216,17 +268,53 @@ func (ts *tenancy) nextStarts(t *testing.T, name, network string, away ...*tenan
 	ts.settled(t, away...)
 }
 
-// settled waits for the host to have every netdev and RDMA device it had
-// before the test, under the same names, but the NIC and device of each
-// away tenant, whose pod holds them, and nothing else.
+// settled waits for the host to have the lane's NICs and RDMA devices
+// under their own names, but the NIC and device of each away tenant, whose
+// pod holds them, and no netdev or RDMA device it did not have before the
+// test (a NIC back as net1, a device under its pod-side name). The other
+// lane's NICs come and go meanwhile.
 func (ts *tenancy) settled(t *testing.T, away ...*tenant) {
 	t.Helper()
-	netdevs, rdma := ts.netdevs, ts.rdma
-	for _, tn := range away {
-		netdevs = slices.DeleteFunc(slices.Clone(netdevs), func(n string) bool { return n == tn.nic.Netdev })
-		rdma = slices.DeleteFunc(slices.Clone(rdma), func(n string) bool { return n == tn.nic.RDMA })
+	var wrong string
+	err := cririg.Wait(time.Minute, "the tenants' NICs and RDMA devices home", func() (bool, error) {
+		netdevs, rdma := hostState(t)
+		wrong = ts.unsettled(netdevs, rdma, away)
+		return wrong == "", nil
+	})
+	if err != nil {
+		t.Fatalf("%v: %s", err, wrong)
 	}
-	waitHostState(t, netdevs, rdma)
+}
+
+// unsettled says what of the host's netdevs and RDMA devices settled waits
+// for is not so, or "".
+func (ts *tenancy) unsettled(netdevs, rdma []string, away []*tenant) string {
+	for _, tn := range []*tenant{ts.t1, ts.t2} {
+		held := slices.Contains(away, tn)
+		for _, d := range []struct {
+			kind, name string
+			on         []string
+		}{
+			{"NIC", tn.nic.Netdev, netdevs}, {"RDMA device", tn.nic.RDMA, rdma},
+		} {
+			if on := slices.Contains(d.on, d.name); on == held {
+				return fmt.Sprintf("%s's %s %s on the host: %v, want %v", tn.ns, d.kind, d.name, on, !held)
+			}
+		}
+	}
+	for _, d := range []struct {
+		kind        string
+		now, before []string
+	}{
+		{"netdev", netdevs, ts.netdevs}, {"RDMA device", rdma, ts.rdma},
+	} {
+		for _, n := range d.now {
+			if !slices.Contains(d.before, n) {
+				return fmt.Sprintf("the host has %s %s, which it did not have before the test", d.kind, n)
+			}
+		}
+	}
+	return ""
 }
 
 // runsWith creates a pod in ns on network and waits for it to be Running
