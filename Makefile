@@ -43,10 +43,11 @@ FORCE:
 ## (e2e-k8s-nodes), the oldest pair (e2e-k8s-oldest). make e2e-link, RDMA
 ## between two bare VMs, is in make bench (bench-link); e2e-k8s-nodes runs
 ## RDMA across the same link through pods.
-test: unit image-test payload k8s-prebuild e2e stress-short e2e-k8s e2e-k8s-nodes e2e-k8s-oldest
-# make test builds the first pair's cluster beside make e2e's VMs and the
-# oldest pair beside e2e-k8s's first boot (see k8s-prebuild and
-# K8S_PREBUILD_OLDEST below).
+test: payload k8s-prebuild unit image-test e2e stress-short e2e-k8s e2e-k8s-nodes e2e-k8s-oldest
+# make test builds the first pair's cluster beside the unit tests and make
+# e2e's VMs, and the oldest pair beside e2e-k8s's first boot (see
+# k8s-prebuild and K8S_PREBUILD_OLDEST below): the payload comes first so
+# that the cluster's build starts before the unit tests.
 test: K8S_PREBUILD_OLDEST = 1
 
 lint:
@@ -177,7 +178,7 @@ K8S_LINK_PORT ?= 13747
 K8S_NODE2_DISK := $(OUT)/k8s-node2.img
 K8S_NODES_TESTS = ^TestTwoNodes$$
 e2e-k8s-nodes: k8s-payload
-	@$(call K8S_PAIR,-test.run $(K8S_NODES_TESTS),$(OUT)/k8s-nodes)
+	@$(if $(K8S_PREBUILD_OLDEST),mkdir -p $(OUT); flock $(OLDEST_PREBUILD_LOCK) true; )$(call K8S_PAIR,-test.run $(K8S_NODES_TESTS),$(OUT)/k8s-nodes)
 
 # K8S_PAIR is the two-node rig in a recipe, for e2e-k8s-nodes, bench-nodes
 # and demo: $(call K8S_PAIR,FLAGS,DIR[,OPTIONS]) has node 1 run k8s.test
@@ -202,18 +203,24 @@ K8S_PAIR = set -e; $(K8S_ENV); \
 ## start (TestReboot).
 K8S_OLDEST_TESTS = ^(TestHelm|TestInstall|TestContainerdRestart|TestNodeVersions|TestNRIPluginInterface|TestRuntimeClassPod|TestReboot)/^InstallDefaults
 OLDEST = OUT=$(OUT)/oldest KUBERNETES_VERSION=$(KUBERNETES_OLDEST_VERSION) CONTAINERD_VERSION=$(CONTAINERD_OLDEST_VERSION)
+OLDEST_STAGE = e2e-k8s $(OLDEST) K8S_TESTS='$(K8S_OLDEST_TESTS)' K8S_NORDMA= K8S_PREBUILD_OLDEST=
 e2e-k8s-oldest:
-	@mkdir -p $(OUT); flock $(OLDEST_PREBUILD_LOCK) sh -c '[ ! -s $(OLDEST_PREBUILD_LOG) ] || tail -n 1 $(OLDEST_PREBUILD_LOG)'
-	$(MAKE) e2e-k8s $(OLDEST) K8S_TESTS='$(K8S_OLDEST_TESTS)' K8S_NORDMA= K8S_PREBUILD_OLDEST=
+	@mkdir -p $(OUT); flock $(OLDEST_PREBUILD_LOCK) true; \
+	if [ -n "$(K8S_PREBUILD_OLDEST)" ] && [ -s $(OLDEST_BESIDE_RC) ]; then \
+	  echo "[oldest-beside] the oldest pair's stage ran beside e2e-k8s; its log ($(OLDEST_PREBUILD_LOG)):"; \
+	  cat $(OLDEST_PREBUILD_LOG); rc=$$(cat $(OLDEST_BESIDE_RC)); rm -f $(OLDEST_BESIDE_RC); exit $$rc; \
+	fi; \
+	[ ! -s $(OLDEST_PREBUILD_LOG) ] || tail -n 1 $(OLDEST_PREBUILD_LOG); \
+	$(MAKE) $(OLDEST_STAGE)
 
 ## k8s-prebuild (in make test): the first pair's cluster (scripts/k8s/build.sh:
 ## Kubernetes, etcd, Multus, helm, runc, Prometheus; about twelve minutes of
 ## both cores on empty caches) builds in the background at the lowest CPU
-## priority while make e2e's and stress-short's VMs leave part of the
-## cores idle; e2e-k8s's build.sh waits for it on build.sh's lock and
-## finds its caches filled (a failure there is built again in the
-## foreground, and fails there saying why). After payload: both may
-## install Debian packages, which one at a time can.
+## priority from before the unit tests: their module downloads, and make
+## e2e's and stress-short's VMs, leave part of the cores idle. e2e-k8s's
+## build.sh waits for it on build.sh's lock and finds its caches filled (a
+## failure there is built again in the foreground, and fails there saying
+## why). The scripts' apt-get calls wait for each other (scripts/apt.sh).
 K8S_PREBUILD_LOG = $(OUT)/k8s-prebuild.log
 k8s-prebuild: payload
 	@( s=$$(date +%s); if nice -n 19 scripts/k8s/build.sh; then r=built; else r=FAILED; fi; \
@@ -224,22 +231,36 @@ k8s-prebuild: payload
 ## K8S_PREBUILD_OLDEST (set by make test): once e2e-k8s's node boots, the
 ## oldest pair's payload (its Kubernetes release and containerd: about six
 ## minutes of both cores on empty caches) builds in the background at the
-## lowest CPU priority. The emulated node leaves
-## about a quarter of the two cores idle, and that is what the build gets;
-## e2e-k8s-oldest waits for it (the lock) and then finds its caches filled
-## (on warm caches both take about a minute, packing the payload),
-## or builds in the foreground what it failed at, and fails there saying
-## why (when make stops before, the build runs to its end and leaves its
-## caches for the next run). It starts after e2e-k8s has read scripts/k8s/build.sh's env, since
-## the build holds that script's lock. It calls `make`, not $$(MAKE): a
-## reference to MAKE would have `make -n` run e2e-k8s's recipe, VM and all.
+## lowest CPU priority: the emulated node leaves about a quarter of the two
+## cores idle, and that is what the build gets. Then, at normal priority,
+## the oldest pair's stage itself runs in the background beside e2e-k8s's
+## VMs, on ports of its own (OLDEST_PORTS): two emulated guests on the two
+## cores finish sooner than one after the other, since each leaves part of
+## them idle (the two-node stage runs two as well). e2e-k8s-oldest waits
+## for it (the lock) and prints its log and exits as it did; e2e-k8s-nodes
+## waits for it before booting its pair, so that no more than two guests
+## share the cores. When the build failed, e2e-k8s-oldest builds in the
+## foreground what it failed at, and fails there saying why; when make
+## stops before, the build runs to its end and leaves its caches for the
+## next run, and the stage does not start (it checks that make is still
+## there). It starts after e2e-k8s has read scripts/k8s/build.sh's env,
+## since the build holds that script's lock. It calls `make`, not
+## $$(MAKE): a reference to MAKE would have `make -n` run e2e-k8s's
+## recipe, VM and all. The stage's `make` exits when a test fails: hence
+## `if`, under e2e-k8s's `set -e`.
 OLDEST_PREBUILD_LOG  = $(OUT)/oldest-prebuild.log
 OLDEST_PREBUILD_LOCK = $(OUT)/oldest-prebuild.lock
-OLDEST_PREBUILD = mkdir -p $(OUT); exec 8>$(OLDEST_PREBUILD_LOCK); flock 8; \
+OLDEST_BESIDE_RC     = $(OUT)/oldest-beside.rc
+OLDEST_PORTS = K8S_APISERVER_PORT=16453 K8S_ETCD_PORT=12389 K8S_KUBELET_PORT=10260
+OLDEST_PREBUILD = mkdir -p $(OUT); rm -f $(OLDEST_BESIDE_RC); exec 8>$(OLDEST_PREBUILD_LOCK); flock 8; mk=$$PPID; \
 	( s=$$(date +%s); if nice -n 19 make --no-print-directory k8s-payload $(OLDEST) K8S_PREBUILD_OLDEST=; \
-	  then r=built; else r=FAILED; fi; echo "[oldest-prebuild] $$r in the background in $$(( $$(date +%s) - s ))s at nice 19 (log: $(OLDEST_PREBUILD_LOG))" ) \
+	  then r=built; else r=FAILED; fi; echo "[oldest-prebuild] $$r in the background in $$(( $$(date +%s) - s ))s at nice 19 (log: $(OLDEST_PREBUILD_LOG))"; \
+	  if [ $$r = built ] && kill -0 $$mk 2>/dev/null; then s=$$(date +%s); \
+	    if make --no-print-directory $(OLDEST_STAGE) $(OLDEST_PORTS); then rc=0; else rc=$$?; fi; \
+	    echo "[oldest-beside] the oldest pair's stage exited $$rc after $$(( $$(date +%s) - s ))s beside e2e-k8s"; \
+	    echo $$rc > $(OLDEST_BESIDE_RC); fi ) \
 	  </dev/null >$(OLDEST_PREBUILD_LOG) 2>&1 & \
-	exec 8>&-; echo "[oldest-prebuild] the oldest pair builds in the background at nice 19 (log: $(OLDEST_PREBUILD_LOG))"
+	exec 8>&-; echo "[oldest-prebuild] the oldest pair builds in the background at nice 19, then its stage runs beside this one (log: $(OLDEST_PREBUILD_LOG))"
 
 .PHONY: k8s-payload k8s-prebuild e2e-k8s e2e-k8s-nodes e2e-k8s-oldest
 
