@@ -143,9 +143,10 @@ type scrapeBenchPod struct {
 // another, checks that each holds its NIC's device alone, and deletes them
 // one after another when the test ends, waiting for every device to be
 // home. Not all at once: eight pods created together made Multus's daemon
-// (its upstream manifest: 100m CPU, 50Mi memory) crash-loop, its ADDs
-// answering EOF, and no pod started in five minutes (the first run of
-// this bench).
+// (then at its upstream manifest's limits, 100m CPU and 50Mi memory; see
+// overlays/multus) crash-loop, its ADDs answering EOF, and no pod started
+// in five minutes (the first run of this bench); the bench times the
+// scrape, not a burst of pod starts.
 func startScrapeBenchPods(t *testing.T, nics []rig.NIC) []scrapeBenchPod {
 	t.Helper()
 	var pods []scrapeBenchPod
