@@ -260,7 +260,8 @@ const (
 // setupMultus deploys Multus's thick plugin as its users do: the node's
 // cluster network in place (the primary network Multus delegates eth0 to),
 // Multus's image imported (nothing is pulled) and its own manifest applied
-// with only the image changed (e2e/k8s/overlays/multus). Its init
+// with the image, the init container's mount and the daemon's limits
+// changed (e2e/k8s/overlays/multus says why). Its init
 // container installs multus-shim in /opt/cni/bin; its daemon, a
 // host-network pod, reaches the API server through the kubernetes Service
 // (in-cluster config; node.ServiceForward stands in for kube-proxy) and
