@@ -56,6 +56,7 @@ func TestTenants(t *testing.T) {
 	for _, ns := range []string{"t1", "t2"} {
 		createNamespace(t, ns)
 	}
+	everyNICHome(t)
 	netdevs, rdma := hostState(t)
 	lanes := []struct {
 		name  string
@@ -84,6 +85,31 @@ func TestTenants(t *testing.T) {
 		}
 	})
 	waitHostState(t, netdevs, rdma)
+}
+
+// everyNICHome waits for every NIC of the VM and its RDMA device to be on
+// the host under its own name, so that the state the lanes compare with
+// is the node's whole: the test before deleted its pods, and a sandbox's
+// DEL, which returns its NIC, can end after the pod object is gone.
+func everyNICHome(t *testing.T) {
+	t.Helper()
+	nics, err := rig.Layout()
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = cririg.Wait(2*time.Minute, "every NIC and RDMA device of the VM on the host", func() (bool, error) {
+		netdevs, rdma := hostState(t)
+		for _, n := range nics {
+			if !slices.Contains(netdevs, n.Netdev) || !slices.Contains(rdma, n.RDMA) {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		netdevs, rdma := hostState(t)
+		t.Fatalf("%v: netdevs %v, RDMA %v", err, netdevs, rdma)
+	}
 }
 
 // otherDevice: cni-args rdmaDevice names the other tenant's device.
