@@ -178,7 +178,7 @@ K8S_LINK_PORT ?= 13747
 K8S_NODE2_DISK := $(OUT)/k8s-node2.img
 K8S_NODES_TESTS = ^TestTwoNodes$$
 e2e-k8s-nodes: k8s-payload
-	@$(if $(K8S_PREBUILD_OLDEST),mkdir -p $(OUT); flock $(OLDEST_PREBUILD_LOCK) true; )$(call K8S_PAIR,-test.run $(K8S_NODES_TESTS),$(OUT)/k8s-nodes)
+	@$(if $(K8S_PREBUILD_OLDEST),$(OLDEST_WAIT); )$(call K8S_PAIR,-test.run $(K8S_NODES_TESTS),$(OUT)/k8s-nodes)
 
 # K8S_PAIR is the two-node rig in a recipe, for e2e-k8s-nodes, bench-nodes
 # and demo: $(call K8S_PAIR,FLAGS,DIR[,OPTIONS]) has node 1 run k8s.test
@@ -205,7 +205,7 @@ K8S_OLDEST_TESTS = ^(TestHelm|TestInstall|TestContainerdRestart|TestNodeVersions
 OLDEST = OUT=$(OUT)/oldest KUBERNETES_VERSION=$(KUBERNETES_OLDEST_VERSION) CONTAINERD_VERSION=$(CONTAINERD_OLDEST_VERSION)
 OLDEST_STAGE = e2e-k8s $(OLDEST) K8S_TESTS='$(K8S_OLDEST_TESTS)' K8S_NORDMA= K8S_PREBUILD_OLDEST=
 e2e-k8s-oldest:
-	@mkdir -p $(OUT); flock $(OLDEST_PREBUILD_LOCK) true; \
+	@$(OLDEST_WAIT); \
 	if [ -n "$(K8S_PREBUILD_OLDEST)" ] && [ -s $(OLDEST_BESIDE_RC) ]; then \
 	  echo "[oldest-beside] the oldest pair's stage ran beside e2e-k8s; its log ($(OLDEST_PREBUILD_LOG)):"; \
 	  cat $(OLDEST_PREBUILD_LOG); rc=$$(cat $(OLDEST_BESIDE_RC)); rm -f $(OLDEST_BESIDE_RC); exit $$rc; \
@@ -251,6 +251,8 @@ k8s-prebuild: payload
 OLDEST_PREBUILD_LOG  = $(OUT)/oldest-prebuild.log
 OLDEST_PREBUILD_LOCK = $(OUT)/oldest-prebuild.lock
 OLDEST_BESIDE_RC     = $(OUT)/oldest-beside.rc
+# OLDEST_WAIT: until the oldest pair's background build and stage are done.
+OLDEST_WAIT = mkdir -p $(OUT); flock $(OLDEST_PREBUILD_LOCK) true
 OLDEST_PORTS = K8S_APISERVER_PORT=16453 K8S_ETCD_PORT=12389 K8S_KUBELET_PORT=10260
 OLDEST_PREBUILD = mkdir -p $(OUT); rm -f $(OLDEST_BESIDE_RC); exec 8>$(OLDEST_PREBUILD_LOCK); flock 8; mk=$$PPID; \
 	( s=$$(date +%s); if nice -n 19 make --no-print-directory k8s-payload $(OLDEST) K8S_PREBUILD_OLDEST=; \

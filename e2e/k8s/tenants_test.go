@@ -59,16 +59,15 @@ func TestTenants(t *testing.T) {
 	everyNICHome(t)
 	netdevs, rdma := hostState(t)
 	lanes := []struct {
-		name  string
 		nics  [2]string
 		cases []func(*tenancy, *testing.T)
 	}{
-		{"eth4,eth5", [2]string{"eth4", "eth5"}, []func(*tenancy, *testing.T){(*tenancy).otherNADsDevName, (*tenancy).otherDevice}},
-		{"eth6,eth7", [2]string{"eth6", "eth7"}, []func(*tenancy, *testing.T){(*tenancy).otherDeviceID, (*tenancy).malformedDevName, (*tenancy).heldByOtherNamespace}},
+		{[2]string{"eth4", "eth5"}, []func(*tenancy, *testing.T){(*tenancy).otherNADsDevName, (*tenancy).otherDevice}},
+		{[2]string{"eth6", "eth7"}, []func(*tenancy, *testing.T){(*tenancy).otherDeviceID, (*tenancy).malformedDevName, (*tenancy).heldByOtherNamespace}},
 	}
 	t.Run("lanes", func(t *testing.T) {
 		for i, l := range lanes {
-			t.Run(l.name, func(t *testing.T) {
+			t.Run(strings.Join(l.nics[:], ","), func(t *testing.T) {
 				t.Parallel()
 				ts := &tenancy{
 					t1:      &tenant{ns: "t1", network: "t1-net-" + l.nics[0], addr: fmt.Sprintf("10.100.%d.1/29", 111+2*i), nic: nicNamed(t, l.nics[0])},

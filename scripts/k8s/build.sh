@@ -40,6 +40,14 @@ log() { printf '[k8s-build] %s\n' "$*" >&2; }
 die() { log "$*"; exit 1; }
 
 export CGO_ENABLED=0 GOFLAGS=-buildvcs=false GOWORK=off
+# apt_install PKG...: Debian's packages, updating the package lists and
+# trying again when they lack one.
+apt_install() {
+  local sudo=""
+  [ "$(id -u)" = 0 ] || sudo=sudo
+  $sudo env DEBIAN_FRONTEND=noninteractive "$HERE/../apt.sh" install -y --no-install-recommends "$@" >&2 ||
+    { $sudo "$HERE/../apt.sh" update >&2 && $sudo env DEBIAN_FRONTEND=noninteractive "$HERE/../apt.sh" install -y --no-install-recommends "$@" >&2; }
+}
 # What make e2e-k8s needs on the host: socat (vm-run.sh --k8s-api forwards
 # the guest's API server connections with it) and mkfs.ext4 (the node's
 # disk, vm-run.sh --disk).
@@ -47,17 +55,13 @@ for need in socat:socat mkfs.ext4:e2fsprogs; do
   command -v "${need%%:*}" >/dev/null || PATH="$PATH:/sbin:/usr/sbin" command -v "${need%%:*}" >/dev/null && continue
   pkg=${need#*:}
   log "installing $pkg"
-  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
-  $SUDO env DEBIAN_FRONTEND=noninteractive "$HERE/../apt.sh" install -y --no-install-recommends "$pkg" >&2 ||
-    { $SUDO "$HERE/../apt.sh" update >&2 && $SUDO env DEBIAN_FRONTEND=noninteractive "$HERE/../apt.sh" install -y --no-install-recommends "$pkg" >&2; }
+  apt_install "$pkg"
 done
 # runc (scripts/k8s/runc) is built with cgo, static, with seccomp: gcc,
 # pkg-config and libseccomp's static library (libseccomp-dev).
 if ! command -v gcc >/dev/null || ! command -v pkg-config >/dev/null || ! pkg-config --exists libseccomp; then
   log "installing gcc pkg-config libseccomp-dev (runc's build)"
-  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
-  $SUDO env DEBIAN_FRONTEND=noninteractive "$HERE/../apt.sh" install -y --no-install-recommends gcc libc6-dev pkg-config libseccomp-dev >&2 ||
-    { $SUDO "$HERE/../apt.sh" update >&2 && $SUDO env DEBIAN_FRONTEND=noninteractive "$HERE/../apt.sh" install -y --no-install-recommends gcc libc6-dev pkg-config libseccomp-dev >&2; }
+  apt_install gcc libc6-dev pkg-config libseccomp-dev
 fi
 modversion() { (cd "$1" && go list -m -f '{{.Version}}' "$2"); }
 # need DIR MODULE VERSION: the module in DIR requires MODULE at VERSION.
