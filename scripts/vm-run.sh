@@ -154,14 +154,26 @@ IP=/usr/sbin/ip
 RDMA=/usr/sbin/rdma
 MODPROBE=/sbin/modprobe
 
+# off ends the VM: the disk synced, then a reset, which ends QEMU
+# (-no-reboot), as a power cut would. Not the kernel's orderly power-off:
+# that breaks every virtio device under whatever still sends, and this
+# kernel's virtio-net then loops for ever in start_xmit when the broken TX
+# queue had completions it had not reaped (a soft lockup in the sender;
+# seen when node 2 "rebooted" under an RDMA job: the VM never went off).
+# poweroff -f stays as the fallback for an /init that fails before /proc.
+off() {
+  sync
+  echo b > /proc/sysrq-trigger 2> /dev/null
+  /bin/busybox poweroff -f
+  sleep 60
+}
+
 # PID 1 must never exit (that panics the kernel and hides the reason): report
-# and power off instead.
+# and end the VM instead.
 fail() {
   echo "@@VM-SETUP-FAILED: $*"
   echo "@@VM-EXIT=125"
-  sync
-  /bin/busybox poweroff -f
-  sleep 60
+  off
 }
 
 mount -t proc proc /proc
@@ -304,9 +316,7 @@ rc=$?
 cd /
 # Leading newline: the command's last line may lack one.
 printf '\n@@VM-EXIT=%s\n' "$rc"
-sync
-/bin/busybox poweroff -f
-sleep 60
+off
 INIT
 chmod 0755 "$STAGE/init"
 

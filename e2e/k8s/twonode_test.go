@@ -117,7 +117,7 @@ func readNodeNetns() (nodeNetns, error) {
 
 // runJoined serves the agent until node 1 asks this node to stop (0) or
 // to reboot (exitReboot: nothing is stopped, as in `reboot -f`; vm-run.sh's
-// /init syncs the disk and powers off).
+// /init syncs the disk and resets the VM, as a power cut would).
 func runJoined() int {
 	done := make(chan int, 1)
 	mux := http.NewServeMux()

@@ -34,10 +34,11 @@ import (
 // every other test, since it leaves pods holding eth1's and eth2's devices.
 //
 // The first boot ends with two Deployments (RuntimeClasses rdma-eth1 and
-// rdma-eth2) whose pods hold their NICs' RDMA devices, and powers off with
-// them running: no pod stopped, no CNI DEL. On the second boot containerd
-// starts the NRI plugin the DaemonSet pre-installed before it serves CRI,
-// kubelet starts, and the pods come back by themselves.
+// rdma-eth2) whose pods hold their NICs' RDMA devices, and the VM ends
+// (the disk synced, then a reset) with them running: no pod stopped, no
+// CNI DEL. On the second boot containerd starts the NRI plugin the
+// DaemonSet pre-installed before it serves CRI, kubelet starts, and the
+// pods come back by themselves.
 
 // rebootNotes is what the first boot tells the second, on the disk itself
 // (vm-run.sh mounts it at /mnt/disk).
