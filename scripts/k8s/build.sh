@@ -194,13 +194,36 @@ build_promop() {
   [ -s "$1/crds/monitoring.coreos.com_servicemonitors.yaml" ] || die "controller-gen wrote no ServiceMonitor CRD in $1/crds"
 }
 
-component kube "$KUBERNETES_VERSION" "$KUBE_MOD" "$KUBE_LDFLAGS $KUBE_CMDS"; kube=$DIR
-component etcd "$ETCD_VERSION" "$HERE/etcd" "-s -w"; etcd=$DIR
-component multus "$MULTUS_VERSION" "$HERE/multus" "$MULTUS_LDFLAGS $MULTUS_CMDS"; multus=$DIR
-component helm "$HELM_VERSION" "$HERE/helm" "$HELM_LDFLAGS"; helm=$DIR
-component runc "$RUNC_VERSION" "$HERE/runc" "$RUNC_TAGS $RUNC_LDFLAGS"; runc=$DIR
-component prometheus "$PROMETHEUS_VERSION" "$HERE/prometheus" "$PROM_TAGS $PROM_LDFLAGS"; prometheus=$DIR
-component promop "$PROMETHEUS_OPERATOR_VERSION" "$HERE/promop" "$PROMOP_GEN"; promop=$DIR
+# comp NAME: component NAME at its version, with its module and recipe.
+comp() {
+  case $1 in
+    kube) component kube "$KUBERNETES_VERSION" "$KUBE_MOD" "$KUBE_LDFLAGS $KUBE_CMDS" ;;
+    etcd) component etcd "$ETCD_VERSION" "$HERE/etcd" "-s -w" ;;
+    multus) component multus "$MULTUS_VERSION" "$HERE/multus" "$MULTUS_LDFLAGS $MULTUS_CMDS" ;;
+    helm) component helm "$HELM_VERSION" "$HERE/helm" "$HELM_LDFLAGS" ;;
+    runc) component runc "$RUNC_VERSION" "$HERE/runc" "$RUNC_TAGS $RUNC_LDFLAGS" ;;
+    prometheus) component prometheus "$PROMETHEUS_VERSION" "$HERE/prometheus" "$PROM_TAGS $PROM_LDFLAGS" ;;
+    promop) component promop "$PROMETHEUS_OPERATOR_VERSION" "$HERE/promop" "$PROMOP_GEN" ;;
+  esac
+}
+# Two lanes: Kubernetes, and the others one after another beside it. One
+# at a time, a core sat idle through each small build's module loading and
+# link (those are single-threaded), and the cluster's build is what
+# make test's first boot waits for. Each lane is a subshell (its DIR is
+# lost): the calls after the wait only name the directories.
+OTHERS="etcd multus helm runc prometheus promop"
+( comp kube ) &
+kube_lane=$!
+# shellcheck disable=SC2086 # OTHERS is words
+( for c in $OTHERS; do comp "$c"; done ) &
+other_lane=$!
+kube_rc=0 other_rc=0
+wait "$kube_lane" || kube_rc=$?
+wait "$other_lane" || other_rc=$?
+[ "$kube_rc" = 0 ] || die "Kubernetes $KUBERNETES_VERSION did not build (above)"
+[ "$other_rc" = 0 ] || die "a component did not build (above)"
+# Sets kube, etcd, ... to each one's directory.
+for c in kube $OTHERS; do comp "$c"; printf -v "$c" %s "$DIR"; done
 # The set a run uses: links, remade each time (cheap).
 SET="$CACHE_ROOT/set-$(basename "$kube")_$(basename "$etcd")_$(basename "$multus")"
 rm -rf "$SET.tmp"
