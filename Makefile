@@ -222,7 +222,7 @@ e2e-k8s-oldest:
 ## priority from make test's start: the payload's and the unit tests'
 ## module downloads and links, and make e2e's and stress-short's VMs, leave
 ## part of the cores idle, and on empty caches it is the build the first
-## boot waits for (in a cold run it ended ten minutes after make e2e). e2e-k8s's
+## boot waits for (cold, it ends some minutes after make e2e). e2e-k8s's
 ## build.sh waits for it on build.sh's lock and finds its caches filled (a
 ## failure there is built again in the foreground, and fails there saying
 ## why). The scripts' apt-get calls wait for each other (scripts/apt.sh).
