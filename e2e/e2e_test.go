@@ -74,9 +74,9 @@ func TestDeviceSelection(t *testing.T) {
 	}{
 		{"top-level deviceID", map[string]any{"deviceID": n.PCI}, nil, n},
 		{"pciBusID", map[string]any{"pciBusID": n.PCI}, nil, n},
-		// A pod's own deviceID (Multus passes it as runtimeConfig.deviceID)
-		// that names the device of the netdev the network gave it.
-		{"runtimeConfig.deviceID", map[string]any{"capabilities": map[string]bool{"deviceID": true}}, map[string]any{"deviceID": n.PCI}, n},
+		// A pod's own deviceID (Multus passes it as runtimeConfig.deviceID),
+		// on a network whose allowedPodDevices let the pod pick that device.
+		{"runtimeConfig.deviceID", map[string]any{"capabilities": map[string]bool{"deviceID": true}, "allowedPodDevices": []string{n.RDMA}}, map[string]any{"deviceID": n.PCI}, n},
 		// The netdev is n's, but the operator names another device.
 		{"explicit rdmaDevice", map[string]any{"rdmaDevice": other.RDMA}, nil, other},
 	}

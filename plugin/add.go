@@ -45,8 +45,12 @@ func (c *call) add() error {
 		return types.NewError(types.ErrInvalidNetworkConfig,
 			"rdma-netns needs a prevResult: it is a meta-plugin and must follow the plugin that moves the netdev into the pod (host-device, sriov) in a plugin chain", "")
 	}
+	if err := c.conf.CheckSize(len(c.args.StdinData)); err != nil {
+		return types.NewError(types.ErrInvalidNetworkConfig, err.Error(), "")
+	}
 	if err := c.key().Validate(); err != nil {
-		return types.NewError(types.ErrInvalidEnvironmentVariables, err.Error(), "")
+		return types.NewError(types.ErrInvalidEnvironmentVariables, err.Error()+
+			"; nothing was changed. Name the pod's interface (the \"interface\" of its network-selection element) with letters, digits, '-', '_' or '.'", "")
 	}
 	req, err := c.conf.PodRequest()
 	if err != nil {
@@ -106,6 +110,9 @@ func (c *call) decide(req config.PodRequest, podName string) (*state.Record, fun
 		return nil, nil, err
 	}
 	defer unlockNode()
+	if err := c.reserveNames(req.DevName, podName); err != nil {
+		return nil, nil, err
+	}
 	for attempt := 0; ; attempt++ {
 		recs, err := c.loadRecords()
 		if err != nil {
@@ -410,6 +417,32 @@ func (c *call) podDevName(s config.Source) (string, error) {
 		return "", refuse(s, err.Error())
 	}
 	return s.Value, nil
+}
+
+// reserveNames keeps the name this network gives its pods' devices
+// (rdmaDevName) from any pod that names its device itself, on this node
+// from the network's first ADD here on: it reserves the network's name,
+// and refuses a pod's own name that another network reserved. Before a
+// network's first pod on the node, a pod may take its name first-come;
+// rdma-netns doctor nads names the prefixes that allow it.
+func (c *call) reserveNames(podPick config.Source, podName string) error {
+	if nad := c.conf.RdmaDevName; nad != "" {
+		if err := c.store.ReserveName(nad, c.conf.Name); err != nil {
+			c.log.Warnf("cannot reserve RDMA device name %s for network %s on this node: %v", nad, c.conf.Name, err)
+		}
+	}
+	if podPick.Value == "" || podName != podPick.Value || podName == c.conf.RdmaDevName {
+		return nil
+	}
+	network, err := c.store.NameReservedBy(podName)
+	if err != nil {
+		return fmt.Errorf("cannot read the reserved RDMA device names in %s: %v", c.store.Dir(), err)
+	}
+	if network != "" && network != c.conf.Name {
+		c.log.Infof("RDMA device name %s is reserved by network %s", podName, network)
+		return refuse(podPick, "another network on this node gives its pods that name (its rdmaDevName); choose another name after the prefix")
+	}
+	return nil
 }
 
 // nameFree refuses a pod-side name that another device already has: RDMA

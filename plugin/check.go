@@ -29,7 +29,9 @@ func (c *call) check() error {
 		return types.NewError(types.ErrInvalidNetworkConfig, "CHECK needs a prevResult", "")
 	}
 	if err := c.key().Validate(); err != nil {
-		return types.NewError(types.ErrInvalidEnvironmentVariables, err.Error(), "")
+		// ADD refused it and attached nothing: there is nothing to check.
+		c.log.Infof("nothing to check: ADD refuses this attachment (%v)", err)
+		return nil
 	}
 	if err := c.exclusive(); err != nil {
 		if c.conf.AllowSharedMode {

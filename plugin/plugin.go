@@ -115,9 +115,18 @@ func (p *Plugin) newCall(args *skel.CmdArgs, withResult bool) (*call, error) {
 	if p.NewLogger != nil {
 		c.log = p.NewLogger(conf, args)
 	} else {
-		c.log = logging.New(conf.LogFile, conf.LogLevel, fmt.Sprintf("%s %.12s %s: ", conf.Name, args.ContainerID, args.IfName))
+		c.log = logging.New(conf.LogFile, conf.LogLevel, fmt.Sprintf("%s %.12s %s: ", conf.Name, args.ContainerID, logIfName(args.IfName)))
 	}
 	return c, nil
+}
+
+// logIfName is CNI_IFNAME as the log may show it: the pod chooses it, and
+// a name ADD refuses (control characters, any length) is quoted and cut.
+func logIfName(name string) string {
+	if state.ValidateIfName(name) == nil {
+		return name
+	}
+	return config.Quote(name)
 }
 
 // key identifies this attachment in the state store.

@@ -39,6 +39,12 @@ func (c *call) resolve(recs []*state.Record, req config.PodRequest) (target, err
 	if len(c.conf.AllowedPodDevices) > 0 && len(req.Devices)+len(req.DeviceIDs) > 0 {
 		return c.podChoice(recs, req)
 	}
+	if len(req.DeviceIDs) > 0 && !c.pinned() {
+		// host-device takes the pod's deviceID over its own device when it
+		// declares the capability, and the device of "the pod's netdev" is
+		// then the pod's pick: only allowedPodDevices may bound it.
+		return target{}, refuse(req.DeviceIDs[0], "this network lists no allowedPodDevices, and a pod's deviceID may have chosen the NIC itself (host-device takes it when it declares the deviceID capability)")
+	}
 	t, err := c.granted(recs)
 	if err != nil {
 		return target{}, err
@@ -55,6 +61,12 @@ func (c *call) resolve(recs []*state.Record, req config.PodRequest) (target, err
 		}
 	}
 	return t, nil
+}
+
+// pinned reports whether the network's configuration names its device
+// (rdmaDevice, deviceID, pciBusID), rather than following the pod's netdev.
+func (c *call) pinned() bool {
+	return c.conf.NetworkDevice().Value != "" || c.conf.NetworkDeviceID().Value != ""
 }
 
 // granted is the device the network gives the attachment: the one its
@@ -124,7 +136,7 @@ func (c *call) podChoice(recs []*state.Record, req config.PodRequest) (target, e
 		}
 	}
 	for _, s := range req.DeviceIDs {
-		t, err := c.byDeviceID(recs, s)
+		t, err := c.podDeviceID(recs, s, allowed)
 		if err != nil {
 			return target{}, err
 		}
@@ -133,6 +145,41 @@ func (c *call) podChoice(recs []*state.Record, req config.PodRequest) (target, e
 		}
 	}
 	return *chosen, nil
+}
+
+// podDeviceID resolves a pod's deviceID on a network with
+// allowedPodDevices. What it leads to outside the list (a free device, a
+// held one, a function without one, nothing) is refused in the same words,
+// which name only the list: a refusal must not tell a pod what the node
+// has. The node's log keeps the detail. A device of the list that another
+// pod holds is said to be held.
+func (c *call) podDeviceID(recs []*state.Record, s config.Source, allowed string) (target, error) {
+	t, err := c.byDeviceID(recs, s)
+	var held *heldError
+	switch {
+	case errors.As(err, &held) && slices.Contains(c.conf.AllowedPodDevices, held.rec.Device):
+		return target{}, err
+	case err != nil:
+		c.log.Infof("%s %q leads to no device of allowedPodDevices: %v", s.From, s.Value, err)
+		return target{}, refuse(s, allowed)
+	case !slices.Contains(c.conf.AllowedPodDevices, t.Name):
+		c.log.Infof("%s %q names RDMA device %s, which is not in allowedPodDevices", s.From, s.Value, t.Name)
+		return target{}, refuse(s, allowed)
+	}
+	return t, nil
+}
+
+// heldError is a device found held by another attachment's pod.
+type heldError struct {
+	rec *state.Record
+	msg string
+}
+
+func (e *heldError) Error() string { return e.msg }
+
+// errHeld says that what, resolved to rec's device, is held by its pod.
+func (c *call) errHeld(what string, rec *state.Record) error {
+	return &heldError{rec, fmt.Sprintf("the RDMA device of %s (%s) is %s", what, rec.Device, c.heldBy(rec))}
 }
 
 // idNames reports whether the device ID id leads to the device t, the way
@@ -209,7 +256,7 @@ func (c *call) nearest(recs []*state.Record, what, path string) (target, error) 
 	}
 	matches := rdmadev.Closest(path, fallback, slices.Concat(devs, heldDevs))
 	if owner := heldMatch(held, matches); owner != nil {
-		return target{}, fmt.Errorf("the RDMA device of %s (%s) is %s", what, owner.Device, c.heldBy(owner))
+		return target{}, c.errHeld(what, owner)
 	}
 	switch len(matches) {
 	case 1:
@@ -217,7 +264,7 @@ func (c *call) nearest(recs []*state.Record, what, path string) (target, error) 
 		return c.found(target{m.Device, fmt.Sprintf("%s: %s", what, m.Relation)}), nil
 	case 0:
 		if owner := ownerOf(recs, c.key(), path, c.p.Sysfs.PCIAddressOf(path)); owner != nil {
-			return target{}, fmt.Errorf("the RDMA device of %s (%s) is %s", what, owner.Device, c.heldBy(owner))
+			return target{}, c.errHeld(what, owner)
 		}
 		err := rdmadev.NoMatch(what, path, devs)
 		c.log.Infof("%v; RDMA devices in the host: %s", err, rdmadev.Describe(devs))

@@ -24,6 +24,10 @@ func TestPodMayNotWiden(t *testing.T) {
 		{name: "rdmaDevice over the network's own", extra: map[string]any{"rdmaDevice": "rxe1"}, cniArgs: "rdmaDevice=rxe2",
 			want: []string{`CNI_ARGS rdmaDevice "rxe2" refused`, "rxe1 (rdmaDevice)"}},
 		{name: "deviceID of another NIC", extra: map[string]any{"runtimeConfig": map[string]any{"deviceID": "0000:3b:00.0"}},
+			want: []string{`runtimeConfig.deviceID "0000:3b:00.0" refused`, "lists no allowedPodDevices", "may have chosen the NIC itself"}},
+		{name: "deviceID of the netdev's own NIC, without allowedPodDevices", extra: map[string]any{"runtimeConfig": map[string]any{"deviceID": "0000:00:04.0"}},
+			want: []string{`runtimeConfig.deviceID "0000:00:04.0" refused`, "lists no allowedPodDevices"}},
+		{name: "deviceID of another NIC than the network's rdmaDevice", extra: map[string]any{"rdmaDevice": "rxe1", "runtimeConfig": map[string]any{"deviceID": "0000:3b:00.0"}},
 			want: []string{`runtimeConfig.deviceID "0000:3b:00.0" refused`, "gives the attachment RDMA device rxe1"}},
 		{name: "deviceID over the network's deviceID", extra: map[string]any{"deviceID": "0000:00:04.0", "runtimeConfig": map[string]any{"deviceID": "0000:3b:00.0"}},
 			want: []string{`runtimeConfig.deviceID "0000:3b:00.0" refused`}},
@@ -32,7 +36,7 @@ func TestPodMayNotWiden(t *testing.T) {
 		{name: "pick outside allowedPodDevices", extra: map[string]any{"allowedPodDevices": []string{"rxe1", "rxe2"}, "args": map[string]any{"cni": map[string]any{"rdmaDevice": "mlx5_0"}}},
 			want: []string{`args.cni.rdmaDevice "mlx5_0" refused`, "allowedPodDevices are rxe1, rxe2"}},
 		{name: "deviceID outside allowedPodDevices", extra: map[string]any{"allowedPodDevices": []string{"rxe1", "rxe2"}, "runtimeConfig": map[string]any{"deviceID": "0000:3b:00.0"}},
-			want: []string{`runtimeConfig.deviceID "0000:3b:00.0" refused`, "RDMA device mlx5_0", "allowedPodDevices are rxe1, rxe2"}},
+			want: []string{`runtimeConfig.deviceID "0000:3b:00.0" refused`, "allowedPodDevices are rxe1, rxe2"}},
 		{name: "two picks that disagree", extra: map[string]any{"allowedPodDevices": []string{"rxe1", "rxe2"}, "args": map[string]any{"cni": map[string]any{"rdmaDevice": "rxe2"}}}, cniArgs: "rdmaDevice=rxe1",
 			want: []string{"refused", "another setting of the pod names RDMA device rxe1"}},
 		{name: "rdmaDevName without podRdmaDevNamePrefix", extra: argsCNI(map[string]any{"rdmaDevName": "rdma_job0"}),
@@ -82,7 +86,7 @@ func TestPodMayNarrow(t *testing.T) {
 		wantName string // its name in the pod, "" for the host name
 	}{
 		{name: "args.cni naming the netdev's own device", extra: map[string]any{"args": map[string]any{"cni": map[string]any{"rdmaDevice": "rxe1"}}}, want: "rxe1"},
-		{name: "deviceID naming the netdev's own device", extra: map[string]any{"runtimeConfig": map[string]any{"deviceID": "0000:00:04.0"}}, want: "rxe1"},
+		{name: "deviceID naming the network's own device", extra: map[string]any{"rdmaDevice": "rxe1", "runtimeConfig": map[string]any{"deviceID": "0000:00:04.0"}}, want: "rxe1"},
 		{name: "pick from allowedPodDevices", extra: map[string]any{"allowedPodDevices": []string{"rxe1", "rxe2"}, "args": map[string]any{"cni": map[string]any{"rdmaDevice": "rxe2"}}}, want: "rxe2"},
 		{name: "deviceID from allowedPodDevices", extra: map[string]any{"allowedPodDevices": []string{"rxe2", "mlx5_0"}, "runtimeConfig": map[string]any{"deviceID": "0000:3b:00.0"}}, want: "mlx5_0"},
 		{name: "allowedPodDevices and no pick: the netdev's", extra: map[string]any{"allowedPodDevices": []string{"rxe2"}}, want: "rxe1"},

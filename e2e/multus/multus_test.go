@@ -115,18 +115,20 @@ func TestMultusPlainAnnotation(t *testing.T) {
 // the NIC by PCI address. Multus hands it to every plugin that declares the
 // deviceID capability and passes a CNIDeviceInfoFile, which rdma-netns
 // writes and Multus copies into network-status. The deviceID is the pod's
-// own, so rdma-netns moves the device of the netdev host-device gave the
-// pod and only checks that the deviceID names that same device.
+// own pick, which host-device followed too, so rdma-netns holds it to the
+// network's allowedPodDevices and moves the device it names.
 func TestMultusSelectionDeviceID(t *testing.T) {
 	n := nics[2]
 	hd := hostDevice(map[string]any{"capabilities": map[string]any{"deviceID": true}}, 12)
-	nad := newNAD("rdma-net-pci", "", hd, rdmaNetns(t, true))
+	rn := rdmaNetns(t, true)
+	rn["allowedPodDevices"] = []string{n.RDMA}
+	nad := newNAD("rdma-net-pci", "", hd, rn)
 	sel := fmt.Sprintf(`[{"name": "rdma-net-pci", "deviceID": %q}]`, n.PCI)
 	p := startPod(t, "selection", sel, nad)
 
 	status := p.add(t)
 	p.assertAttached(t, n)
-	p.assertResolvedBy(t, "by netdev net1")
+	p.assertResolvedBy(t, "by runtimeConfig.deviceID "+n.PCI)
 	st := status.find(t, namespace+"/rdma-net-pci")
 	want := nadv1.PciDevice{PciAddress: n.PCI, RdmaDevice: n.RDMA}
 	assertDeviceInfo(t, st, want)

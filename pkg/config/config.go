@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/containernetworking/cni/pkg/types"
@@ -22,9 +23,15 @@ var SupportedVersions = []string{"0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"}
 const (
 	// DefaultStateDir holds one record per attachment.
 	DefaultStateDir = "/var/lib/cni/rdma-netns"
-	// MaxConfigSize bounds stdin: a network config is a few KiB, and a
-	// runaway caller must not make the plugin allocate without limit.
-	MaxConfigSize = 1 << 20
+	// MaxConfigSize bounds the configuration ADD accepts. A network's
+	// config is a few KiB, but Multus copies a pod's cni-args into it: the
+	// API server lets a pod's annotations hold 256 KiB, and encoding/json,
+	// which Multus re-encodes them with, writes '<', '>', '&', control
+	// characters and invalid bytes as six bytes each (1.5 MiB), beside a
+	// NetworkAttachmentDefinition's own config (etcd takes 1.5 MiB objects).
+	// The other verbs take any size: they must not fail on what a pod
+	// wrote, and skel has read the bytes already.
+	MaxConfigSize = 4 << 20
 )
 
 // QoS is the RoCE type of service and traffic class applied to the device
@@ -218,9 +225,6 @@ func (c *NetConf) PrintResult(w io.Writer) error {
 // measurable share of a DEL, and a DEL must not fail over a field it does
 // not use. Result stays nil.
 func ParseSettings(stdin []byte, cniArgs string) (*NetConf, error) {
-	if len(stdin) > MaxConfigSize {
-		return nil, fmt.Errorf("network configuration is %d bytes, more than the %d this plugin accepts", len(stdin), MaxConfigSize)
-	}
 	conf := &NetConf{}
 	if err := json.Unmarshal(stdin, conf); err != nil {
 		return nil, fmt.Errorf("failed to parse network configuration: %v", err)
@@ -235,6 +239,15 @@ func ParseSettings(stdin []byte, cniArgs string) (*NetConf, error) {
 		return nil, err
 	}
 	return conf, nil
+}
+
+// CheckSize refuses, for ADD, a configuration of size bytes over
+// MaxConfigSize, saying how much of it the pod's cni-args are.
+func (c *NetConf) CheckSize(size int) error {
+	if size <= MaxConfigSize {
+		return nil
+	}
+	return fmt.Errorf("network configuration is %d bytes, more than the %d this plugin accepts; the pod's cni-args (args) are %d bytes of it; nothing was changed", size, MaxConfigSize, len(c.ArgsJSON))
 }
 
 func (c *NetConf) validate() error {
@@ -295,11 +308,27 @@ func (c *NetConf) validate() error {
 }
 
 func errBadName(field, val string) error {
-	return fmt.Errorf("%s %q is not a valid RDMA device name (letters, digits, '_', '.', ':', '-', at most 63 characters)", field, val)
+	return fmt.Errorf("%s %s is not a valid RDMA device name (letters, digits, '_', '.', ':', '-', at most 63 characters)", field, Quote(val))
 }
 
 func errBadDeviceID(field, val string) error {
-	return fmt.Errorf("%s %q is not a PCI address or auxiliary device name", field, val)
+	return fmt.Errorf("%s %s is not a PCI address or auxiliary device name", field, Quote(val))
+}
+
+// maxQuoted bounds what an error or a log line quotes of a value: a pod's
+// value may be as large as its annotations, and the error becomes a pod
+// event and a log line on every retry of the kubelet. It is above the
+// longest valid device ID (128), so a value a few bytes too long is still
+// shown whole.
+const maxQuoted = 160
+
+// Quote is s in Go's quoted form, cut after maxQuoted bytes with its
+// length said.
+func Quote(s string) string {
+	if len(s) <= maxQuoted {
+		return strconv.Quote(s)
+	}
+	return fmt.Sprintf("%s... (%d bytes)", strconv.Quote(s[:maxQuoted]), len(s))
 }
 
 // Source says where a setting came from, for the log and for errors.
@@ -463,7 +492,7 @@ func parseCNIArgs(s string) (PerPodArgs, PodRef, error) {
 		}
 		k, v, ok := strings.Cut(pair, "=")
 		if !ok {
-			return a, pod, fmt.Errorf("CNI_ARGS entry %q is not KEY=VALUE", pair)
+			return a, pod, fmt.Errorf("CNI_ARGS entry %s is not KEY=VALUE", Quote(pair))
 		}
 		switch k {
 		case "rdmaDevice":
@@ -472,7 +501,7 @@ func parseCNIArgs(s string) (PerPodArgs, PodRef, error) {
 			a.RdmaDevName = v
 		case "K8S_POD_NAMESPACE", "K8S_POD_NAME":
 			if !validK8sName(v) {
-				return a, pod, fmt.Errorf("CNI_ARGS %s %q is not a Kubernetes name", k, v)
+				return a, pod, fmt.Errorf("CNI_ARGS %s %s is not a Kubernetes name", k, Quote(v))
 			}
 			if k == "K8S_POD_NAME" {
 				pod.Name = v

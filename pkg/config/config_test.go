@@ -280,21 +280,41 @@ func TestParsePrevResultErrors(t *testing.T) {
 	}
 }
 
-func TestParseOversized(t *testing.T) {
-	// A valid config padded with whitespace past the limit: the size check
-	// must refuse it before anything is decoded.
-	base := `{"cniVersion":"1.0.0","name":"n","type":"rdma-netns"}`
+// ADD refuses a configuration over MaxConfigSize and says how much of it
+// the pod's cni-args are; parsing takes any size, so that the other verbs
+// never fail on what a pod wrote.
+func TestCheckSize(t *testing.T) {
+	args := `{"cni":{"note":"` + strings.Repeat("x", 1000) + `"}}`
+	base := `{"cniVersion":"1.0.0","name":"n","type":"rdma-netns","args":` + args + `}`
 	big := base + strings.Repeat(" ", MaxConfigSize+1-len(base))
-	if len(big) != MaxConfigSize+1 {
-		t.Fatalf("test bug: len %d", len(big))
+	conf, err := ParseSettings([]byte(big), "")
+	if err != nil {
+		t.Fatalf("parse of %d bytes: %v", len(big), err)
 	}
-	_, err := Parse([]byte(big), "")
-	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("more than the %d", MaxConfigSize)) {
-		t.Fatalf("err = %v, want a size error", err)
+	err = conf.CheckSize(len(big))
+	want := fmt.Sprintf("network configuration is %d bytes, more than the %d this plugin accepts; the pod's cni-args (args) are %d bytes of it", len(big), MaxConfigSize, len(args))
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("err = %v, want %q", err, want)
 	}
-	// Exactly at the limit is fine.
-	if _, err := Parse([]byte(big[:MaxConfigSize]), ""); err != nil {
-		t.Fatalf("config of exactly MaxConfigSize bytes refused: %v", err)
+	if err := conf.CheckSize(MaxConfigSize); err != nil {
+		t.Fatalf("a config of exactly MaxConfigSize bytes refused: %v", err)
+	}
+}
+
+// A bad value is quoted whole up to maxQuoted bytes, then cut with its
+// size said: errors become pod events and log lines.
+func TestQuoteBounds(t *testing.T) {
+	if got := Quote("a/b"); got != `"a/b"` {
+		t.Errorf("Quote(a/b) = %s", got)
+	}
+	long := strings.Repeat("<", 200000)
+	got := Quote(long)
+	if len(got) > maxQuoted+40 || !strings.HasSuffix(got, "... (200000 bytes)") {
+		t.Errorf("Quote of 200000 bytes = %.200s (%d bytes)", got, len(got))
+	}
+	_, err := Parse([]byte(`{"cniVersion":"1.0.0","name":"n","type":"rdma-netns","rdmaDevName":"`+strings.Repeat("r", 5000)+`"}`), "")
+	if err == nil || len(err.Error()) > 400 || !strings.Contains(err.Error(), "(5000 bytes)") {
+		t.Errorf("error for a 5000-byte rdmaDevName: %.500v", err)
 	}
 }
 

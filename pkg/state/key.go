@@ -90,7 +90,7 @@ func validateDevName(what, name string, maxLen int, noColon bool) error {
 		return fmt.Errorf("invalid %s: must not be empty", what)
 	}
 	if len(name) > maxLen {
-		return fmt.Errorf("invalid %s %q: %d bytes, at most %d allowed", what, name, len(name), maxLen)
+		return fmt.Errorf("invalid %s %.40q...: %d bytes, at most %d allowed", what, name, len(name), maxLen)
 	}
 	if name == "." || name == ".." {
 		return fmt.Errorf("invalid %s %q", what, name)

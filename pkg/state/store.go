@@ -359,7 +359,57 @@ func (s *Store) NoteLostName(device, text string) error {
 
 // LostNames returns the notes written by NoteLostName, by device name.
 func (s *Store) LostNames() (map[string]string, error) {
-	dir := filepath.Join(s.dir, RenamedDir)
+	return s.notes(RenamedDir)
+}
+
+// ReservedDir holds one file per RDMA device name that a network's
+// configuration gives its pods (rdmaDevName), written by the first ADD of
+// that network on the node and holding the network's name. A name a pod
+// chooses itself (podRdmaDevNamePrefix) may not be one of them: RDMA
+// device names are node-wide, and a pod holding such a name would keep
+// the network's pods from starting on the node. A name stays reserved
+// across reboots until someone removes its file.
+const ReservedDir = "reserved-names"
+
+// ReserveName records that network gives its pods' RDMA devices name on
+// this node, unless the name is reserved already. Call it holding Lock.
+func (s *Store) ReserveName(name, network string) error {
+	if err := ValidateDeviceName(name); err != nil {
+		return err
+	}
+	path := filepath.Join(s.dir, ReservedDir, name)
+	if _, err := os.Lstat(path); err == nil {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(path), dirPerm); err != nil {
+		return err
+	}
+	return os.WriteFile(path, []byte(network+"\n"), filePerm)
+}
+
+// NameReservedBy is the network that reserved name on this node, "" if
+// none did.
+func (s *Store) NameReservedBy(name string) (string, error) {
+	if err := ValidateDeviceName(name); err != nil {
+		return "", err
+	}
+	text, err := readNote(filepath.Join(s.dir, ReservedDir, name))
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", nil
+	}
+	return text, err
+}
+
+// ReservedNames returns every reserved name with the network that
+// reserved it.
+func (s *Store) ReservedNames() (map[string]string, error) {
+	return s.notes(ReservedDir)
+}
+
+// notes reads the files of a notes directory by name; a missing directory
+// holds none.
+func (s *Store) notes(subdir string) (map[string]string, error) {
+	dir := filepath.Join(s.dir, subdir)
 	entries, err := os.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -372,13 +422,22 @@ func (s *Store) LostNames() (map[string]string, error) {
 		if ValidateDeviceName(e.Name()) != nil {
 			continue
 		}
-		f, err := os.OpenFile(filepath.Join(dir, e.Name()), os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+		text, err := readNote(filepath.Join(dir, e.Name()))
 		if err != nil {
 			continue
 		}
-		data, _ := io.ReadAll(io.LimitReader(f, 4096))
-		f.Close()
-		out[e.Name()] = strings.TrimSpace(string(data))
+		out[e.Name()] = text
 	}
 	return out, nil
+}
+
+// readNote reads the first 4 KiB of a note, never through a link.
+func readNote(path string) (string, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, 4096))
+	return strings.TrimSpace(string(data)), err
 }
