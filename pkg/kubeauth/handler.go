@@ -3,8 +3,10 @@ package kubeauth
 import (
 	"context"
 	"crypto/sha256"
-	"log"
+	"errors"
+	"fmt"
 	"net/http"
+	"net/netip"
 	"strings"
 	"sync"
 	"time"
@@ -29,13 +31,32 @@ const maxCached = 4096
 
 // maxReviews bounds the reviews in flight at once, so a flood of made-up
 // tokens on one node costs the API server a few requests at a time.
+// Reviews past it are refused at once (503) rather than queued: a queue
+// would hold a real scrape behind the flood until its client gave up.
 const maxReviews = 4
+
+// maxReviewsPerSource bounds the reviews in flight for one client address,
+// so that one caller making up tokens holds at most half of maxReviews and
+// the other half stays free for everyone else. A scraper needs one review
+// per token and TTL (Prometheus sends one token, one scrape per target at
+// a time); 2 leaves room for a second client on the same address (an
+// operator's curl on Prometheus's node, a second scrape job's first
+// scrape). Reviews past it are refused at once (429).
+const maxReviewsPerSource = 2
+
+// retryAfter is the Retry-After, in seconds, of a refusal for want of a
+// review slot: a review takes about 0.1 s (docs/benchmarks.md), so slots
+// free up within a second unless a flood keeps them busy.
+const retryAfter = "1"
 
 // Guard admits a request to its handler when the bearer token it carries
 // may get Path (verb get), as the API server's RBAC says: no token or one
 // the API server does not accept is 401, a user without the right 403,
 // and an API server that cannot answer 503 (fail closed: nothing is
-// served that no review allowed).
+// served that no review allowed). A token without a cached verdict that
+// finds no review slot is refused at once, with Retry-After: 429 when
+// its address has maxReviewsPerSource reviews in flight, 503 when all
+// maxReviews are.
 type Guard struct {
 	Reviewer Reviewer
 	// Path is the non-resource URL checked (kube-rbac-proxy's default is
@@ -44,9 +65,10 @@ type Guard struct {
 	TTL  time.Duration
 	now  func() time.Time
 
-	mu      sync.Mutex
-	cache   map[[sha256.Size]byte]verdict
-	reviews chan struct{}
+	mu     sync.Mutex // guards cache and logged
+	cache  map[[sha256.Size]byte]verdict
+	logged [refusalKinds]logLimit
+	slots  reviewSlots
 }
 
 type verdict struct {
@@ -62,7 +84,7 @@ func NewGuard(r Reviewer, path string) *Guard {
 		TTL:      DefaultCacheTTL,
 		now:      time.Now,
 		cache:    map[[sha256.Size]byte]verdict{},
-		reviews:  make(chan struct{}, maxReviews),
+		slots:    reviewSlots{bySource: map[netip.Addr]int{}},
 	}
 }
 
@@ -75,8 +97,14 @@ func (g *Guard) Wrap(next http.Handler) http.Handler {
 			http.Error(w, "Unauthorized: send a ServiceAccount token (Authorization: Bearer)", http.StatusUnauthorized)
 			return
 		}
-		v, err := g.verdict(r.Context(), token)
+		v, err := g.verdict(r.Context(), token, source(r))
 		switch {
+		case errors.Is(err, errSourceBusy):
+			w.Header().Set("Retry-After", retryAfter)
+			http.Error(w, fmt.Sprintf("Too Many Requests: %d token reviews from this address are in flight already; retry after %s s (a token reviewed once is not reviewed again for a while)", maxReviewsPerSource, retryAfter), http.StatusTooManyRequests)
+		case errors.Is(err, errAllBusy):
+			w.Header().Set("Retry-After", retryAfter)
+			http.Error(w, fmt.Sprintf("Service Unavailable: %d token reviews are in flight already, the exporter's bound; retry after %s s", maxReviews, retryAfter), http.StatusServiceUnavailable)
 		case err != nil:
 			http.Error(w, "Service Unavailable: the API server could not review the token", http.StatusServiceUnavailable)
 		case v == Unauthenticated:
@@ -90,6 +118,18 @@ func (g *Guard) Wrap(next http.Handler) http.Handler {
 	})
 }
 
+// source is the address a request came from, the unit the review slots
+// are shared by. It is the connection's peer, never a header: headers are
+// the client's to make up. A RemoteAddr that is no IP:port (not served
+// over TCP) is the zero Addr, one source for all such requests.
+func source(r *http.Request) netip.Addr {
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		return netip.Addr{}
+	}
+	return ap.Addr().Unmap()
+}
+
 // bearer is the request's bearer token.
 func bearer(r *http.Request) (string, bool) {
 	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
@@ -97,29 +137,39 @@ func bearer(r *http.Request) (string, bool) {
 	return token, ok && strings.EqualFold(scheme, "Bearer") && token != ""
 }
 
-// verdict is the cached verdict on token, or a new review's. Failed
-// reviews are not kept: the next request asks again.
-func (g *Guard) verdict(ctx context.Context, token string) (Verdict, error) {
+// verdict is the cached verdict on token, or a new review's if src may
+// have a review slot (errSourceBusy or errAllBusy if not). Failed reviews
+// are not kept: the next request asks again.
+func (g *Guard) verdict(ctx context.Context, token string, src netip.Addr) (Verdict, error) {
 	key := sha256.Sum256([]byte(token)) // the cache holds no token
+	// Before taking a slot: a token reviewed once costs nothing while its
+	// verdict lasts, however busy the slots are.
 	if v, ok := g.cached(key); ok {
 		return v, nil
 	}
-	select {
-	case g.reviews <- struct{}{}:
-		defer func() { <-g.reviews }()
-	case <-ctx.Done():
-		return Unauthenticated, ctx.Err()
+	if err := g.slots.take(src); err != nil {
+		g.logBusy(err, src)
+		return Unauthenticated, err
 	}
+	defer g.slots.give(src)
 	v, u, err := g.Reviewer.Review(ctx, token, g.Path, "get")
 	if err != nil {
-		log.Printf("rdma-netns-exporter: refusing a scrape of %s, the token could not be reviewed: %v (the exporter's ServiceAccount needs to reach the API server and create tokenreviews and subjectaccessreviews)", g.Path, err)
+		g.logRefusal(reviewFailed, "rdma-netns-exporter: refusing a scrape of %s, the token could not be reviewed: %v (the exporter's ServiceAccount needs to reach the API server and create tokenreviews and subjectaccessreviews)", g.Path, err)
 		return Unauthenticated, err
 	}
 	if v == Forbidden {
-		log.Printf("rdma-netns-exporter: refusing %s a scrape of %s: RBAC does not let it get the non-resource URL (bind it to the chart's metrics-reader ClusterRole)", u.Username, g.Path)
+		g.logRefusal(forbidden, "rdma-netns-exporter: refusing %.100q a scrape of %s: RBAC does not let it get the non-resource URL (bind it to the chart's metrics-reader ClusterRole)", u.Username, g.Path)
 	}
 	g.keep(key, verdict{v: v, expires: g.now().Add(g.TTL)})
 	return v, nil
+}
+
+func (g *Guard) logBusy(err error, src netip.Addr) {
+	if errors.Is(err, errSourceBusy) {
+		g.logRefusal(sourceBusy, "rdma-netns-exporter: refused a scrape of %s from %s with 429: %d reviews of new tokens from that address are in flight already (a client making up tokens?)", g.Path, src, maxReviewsPerSource)
+		return
+	}
+	g.logRefusal(allBusy, "rdma-netns-exporter: refused a scrape of %s from %s with 503: all %d token reviews are in flight already (new tokens from several addresses at once; a scraper whose token was reviewed is not refused)", g.Path, src, maxReviews)
 }
 
 func (g *Guard) cached(key [sha256.Size]byte) (Verdict, bool) {
