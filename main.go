@@ -79,7 +79,10 @@ it moves that NIC's RDMA device into the pod with it.
 Commands for a person at the node:
   doctor    check the node (netns mode, where every RDMA device is, records
             that no longer match the kernel), or with --pid PID / --netns PATH
-            one pod (its devices, memlock, CAP_IPC_LOCK, /dev/shm)
+            one pod (its devices, memlock, CAP_IPC_LOCK, /dev/shm); "doctor
+            nads" checks NetworkAttachmentDefinitions (who picks the NIC,
+            device names pods may take from another NAD's):
+            kubectl get network-attachment-definitions -A -o json | rdma-netns doctor nads
   install   copy this binary into a CNI bin directory (the DaemonSet's
             init container runs it)
   help      this text

@@ -3,7 +3,9 @@
 // netns mode, every RDMA device and where it is, leaks and drift against
 // the plugin's records), `rdma-netns doctor --netns PATH|--pid PID` one
 // pod (its devices, GIDs, and the memlock limit, /dev/shm and
-// /dev/infiniband of its processes).
+// /dev/infiniband of its processes), `rdma-netns doctor nads` the
+// cluster's NetworkAttachmentDefinitions (who picks the NIC, and the RDMA
+// device names their pods may take from each other's).
 //
 // Every finding is ok, warn or fail with a reason and a remedy. The exit
 // status is 1 when any finding fails, 0 otherwise (warnings alone do not
@@ -14,6 +16,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"strconv"
 
@@ -23,6 +26,7 @@ import (
 
 const usage = `Usage: rdma-netns doctor [--json] [--state-dir DIR] [--sysfs ROOT]
        rdma-netns doctor --netns PATH | --pid PID [--json]
+       rdma-netns doctor nads [--json] [FILE]   (rdma-netns doctor nads --help)
 
 Without --netns/--pid: node checks. The RDMA subsystem's netns mode and
 whether it survives a reboot; every RDMA device with its driver, PCI
@@ -47,6 +51,12 @@ applies). With --pid, what
 rdma-netns-nri wrote on the process's container: who adjusted it, and
 what it could not give (a bad rdma-netns.io/shm-size).
 
+With nads: the NetworkAttachmentDefinitions that kubectl get
+network-attachment-definitions -A -o json prints, from FILE or stdin. Who
+picks each NAD's NIC (a pod, through a deviceID capability before
+rdma-netns, or the NAD), and the RDMA device names pods of one NAD may take
+from another's; runs anywhere, no root.
+
 Each finding is OK, WARN or FAIL with a reason and a fix. Exit status: 1 if
 anything FAILs, 0 otherwise (warnings alone exit 0), 2 on a usage error.
 Run as root on the node (it enters network namespaces and /proc/PID/root).
@@ -57,6 +67,9 @@ Flags:
 // Main runs the doctor with the arguments after "doctor" and returns the
 // exit status.
 func Main(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "nads" {
+		return nadsMain(args[1:], os.Stdin, stdout, stderr)
+	}
 	return run(args, stdout, stderr, nil)
 }
 
@@ -101,8 +114,13 @@ func run(args []string, stdout, stderr io.Writer, env *Env) int {
 	default:
 		r = Node(env)
 	}
+	return printReport(r, *asJSON, stdout, stderr)
+}
+
+// printReport prints the report and returns the exit status.
+func printReport(r *Report, asJSON bool, stdout, stderr io.Writer) int {
 	var err error
-	if *asJSON {
+	if asJSON {
 		err = r.WriteJSON(stdout)
 	} else {
 		err = r.WriteText(stdout)

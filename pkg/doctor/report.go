@@ -33,10 +33,11 @@ type Finding struct {
 }
 
 // Report is everything one run found. Node is set for the node view, Pod
-// for the pod view.
+// for the pod view, NADs for `doctor nads`.
 type Report struct {
 	Node     *NodeView `json:"node,omitempty"`
 	Pod      *PodView  `json:"pod,omitempty"`
+	NADs     *NADsView `json:"nads,omitempty"`
 	Findings []Finding `json:"findings"`
 	// Summary counts the findings by severity.
 	Summary map[Severity]int `json:"summary"`
@@ -76,6 +77,9 @@ func (r *Report) WriteText(w io.Writer) error {
 	}
 	if r.Pod != nil {
 		writePod(b, r.Pod)
+	}
+	if r.NADs != nil {
+		writeNADs(b, r.NADs)
 	}
 	b.WriteString("Findings\n")
 	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
@@ -192,6 +196,36 @@ func writePod(b *strings.Builder, p *PodView) {
 		tw.Flush()
 	}
 	b.WriteString("\n")
+}
+
+func writeNADs(b *strings.Builder, v *NADsView) {
+	fmt.Fprintf(b, "NetworkAttachmentDefinitions: %d read, %d with rdma-netns\n", v.Read, len(v.WithRdmaNetns))
+	if len(v.WithRdmaNetns) == 0 {
+		b.WriteString("\n")
+		return
+	}
+	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  NAD\tCHAIN\tRESOURCE\tRDMADEVNAME\tPOD NAME PREFIX\tALLOWED POD DEVICES")
+	for _, n := range v.WithRdmaNetns {
+		ref := nadRef{n.Namespace, n.Name}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\n", ref, chainString(n.Chain), dash(n.ResourceName),
+			dash(n.RdmaDevName), dash(n.PodRdmaDevNamePrefix), dash(strings.Join(n.AllowedPodDevices, ",")))
+	}
+	tw.Flush()
+	b.WriteString("\n")
+}
+
+// chainString shows a chain as "host-device[deviceID] > rdma-netns".
+func chainString(chain []ChainPlugin) string {
+	parts := make([]string, 0, len(chain))
+	for _, p := range chain {
+		s := dash(p.Type)
+		if p.DeviceID {
+			s += "[deviceID]"
+		}
+		parts = append(parts, s)
+	}
+	return strings.Join(parts, " > ")
 }
 
 func dash(s string) string {
