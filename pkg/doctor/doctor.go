@@ -2,7 +2,7 @@
 // work for pods: `rdma-netns doctor` checks the node (the RDMA subsystem's
 // netns mode, every RDMA device and where it is, leaks and drift against
 // the plugin's records), `rdma-netns doctor --netns PATH|--pid PID` one
-// pod (its devices, GIDs, and the memlock limit, /dev/shm and
+// pod (its devices, GIDs, rails, and the memlock limit, /dev/shm and
 // /dev/infiniband of its processes), `rdma-netns doctor nads` the
 // cluster's NetworkAttachmentDefinitions (who picks the NIC, and the RDMA
 // device names their pods may take from each other's).
@@ -39,12 +39,16 @@ nothing, and in exclusive mode the running containers of RDMA pods it did
 not adjust (created while it was not serving), from containerd's bundles.
 
 With --netns or --pid: pod checks. The RDMA devices in that network
-namespace with their ports, netdevs and GIDs; for each process in it (or
-just PID): the memlock limit and CAP_IPC_LOCK (RDMA memory registration),
-the size of its /dev/shm (NCCL, PyTorch) and the /dev/infiniband nodes it
-can open against those its pod's devices need (the uverbs node the kernel
-names for each, and rdma_cm): the three rdma-netns-nri gives a container,
-with it or the pod setting as the fix of each; and whether the process,
+namespace with their ports, netdevs and GIDs; its rails (each port's
+netdev, its IPv4 addresses and their RoCE v2 GIDs, and for rails sharing
+a subnet whether arp_ignore/arp_announce and the routes from each rail's
+address keep its traffic on its own NIC; the fix is tuning and sbr in
+each rail's attachment, conf/nad-rails-shared-subnet.yaml); for each
+process in it (or just PID): the memlock limit and CAP_IPC_LOCK (RDMA
+memory registration), the size of its /dev/shm (NCCL, PyTorch) and the
+/dev/infiniband nodes it can open against those its pod's devices need
+(the uverbs node the kernel names for each, and rdma_cm): the three
+rdma-netns-nri gives a container, with it or the pod setting as the fix of each; and whether the process,
 by its uid, groups and capabilities in its user namespace, may open
 those nodes (a hostUsers: false pod gets the node's own, whose mode then
 applies). With --pid, what

@@ -50,6 +50,10 @@ type Env struct {
 	// NRI plugin's lock file, TaskDir where containerd keeps the bundles
 	// (config.json, init.pid) of the running containers of Kubernetes.
 	NRIPluginDir, NRILock, TaskDir string
+	// NetIn runs fn with the kernel's answers (addresses, ARP sysctls,
+	// routes) from inside the netns at nsPath, for the rails check; nil
+	// leaves that check out.
+	NetIn func(nsPath string, fn func(RailNet) error) error
 }
 
 // RealEnv is the running node, with sysfs read at sysfsRoot.
@@ -68,6 +72,7 @@ func RealEnv(sysfsRoot, stateDir string) *Env {
 		NRIPluginDir: "/opt/nri/plugins",
 		NRILock:      "/var/run/nri/rdma-netns-nri.lock",
 		TaskDir:      "/run/containerd/io.containerd.runtime.v2.task/k8s.io",
+		NetIn:        railNetIn,
 	}
 }
 

@@ -155,7 +155,7 @@ func TestNADsTenancy(t *testing.T) {
 		want  []wantFinding
 		exit  int
 	}{{
-		name: "the conf examples: only device-info lets the pod pick, and rdma-netns refuses the pick",
+		name: "the conf examples: only device-info lets the pod pick, and rdma-netns holds the pick to allowedPodDevices",
 		items: func() []map[string]any {
 			return []map[string]any{
 				nadItem(t, "ml", "rdma-net", "", exampleConfig(t, "nad-host-device.yaml")),
@@ -166,6 +166,13 @@ func TestNADsTenancy(t *testing.T) {
 			}
 		},
 		want: []wantFinding{{OK, "single-tenant", "ml/rdma-net-devinfo",
+			[]string{"through host-device's deviceID capability", "only for the RDMA devices in allowedPodDevices (irdma0, irdma1)"}}},
+	}, {
+		name: "rdma-netns declares the capability and lists no allowedPodDevices",
+		items: func() []map[string]any {
+			return []map[string]any{nadItem(t, "ml", "devinfo", "", rdma(t, devinfo(), map[string]any{"allowedPodDevices": nil}))}
+		},
+		want: []wantFinding{{OK, "single-tenant", "ml/devinfo",
 			[]string{"through host-device's deviceID capability", "lists no allowedPodDevices and pins no device", "fix: list the RDMA devices pods may pick in rdma-netns's allowedPodDevices"}}},
 	}, {
 		name:  "host-device picks by the pod's deviceID, rdma-netns without the capability",
@@ -193,7 +200,7 @@ func TestNADsTenancy(t *testing.T) {
 	}, {
 		name: "rdma-netns pins a device and lists no allowedPodDevices",
 		items: func() []map[string]any {
-			return []map[string]any{nadItem(t, "ml", "devinfo", "", rdma(t, devinfo(), map[string]any{"deviceID": "0000:3b:00.0"}))}
+			return []map[string]any{nadItem(t, "ml", "devinfo", "", rdma(t, devinfo(), map[string]any{"deviceID": "0000:3b:00.0", "allowedPodDevices": nil}))}
 		},
 		want: []wantFinding{{OK, "single-tenant", "ml/devinfo", []string{"honours only a deviceID naming the device the NAD pins (deviceID 0000:3b:00.0)"}}},
 	}, {

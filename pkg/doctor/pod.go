@@ -18,8 +18,11 @@ type PodView struct {
 	Devices   []Device `json:"devices"`
 	// VerbsNodes are the /dev/infiniband nodes a verbs application of the
 	// pod opens: the uverbs node of each of its devices, and rdma_cm.
-	VerbsNodes []string  `json:"verbsNodes"`
-	Processes  []Process `json:"processes"`
+	VerbsNodes []string `json:"verbsNodes"`
+	// Rails are the ports of its devices with their netdevs, addresses,
+	// RoCE v2 GIDs, ARP settings and routes.
+	Rails     []Rail    `json:"rails"`
+	Processes []Process `json:"processes"`
 }
 
 // The fixes of the pod checks. With NRI (containerd >= 1.7, on by default
@@ -39,7 +42,7 @@ const (
 // limits the process checks to that process.
 func Pod(e *Env, nsPath string, pid int) *Report {
 	r := &Report{}
-	p := &PodView{Netns: nsPath, Devices: []Device{}, VerbsNodes: []string{}, Processes: []Process{}}
+	p := &PodView{Netns: nsPath, Devices: []Device{}, VerbsNodes: []string{}, Rails: []Rail{}, Processes: []Process{}}
 	r.Pod = p
 	id, err := e.NetnsOf(nsPath)
 	if err != nil {
@@ -64,6 +67,7 @@ func Pod(e *Env, nsPath string, pid int) *Report {
 	if modeErr == nil {
 		podDevices(r, e, p)
 		p.VerbsNodes = verbsNodes(e, p)
+		podRails(r, e, p)
 	}
 
 	var pids []int
@@ -130,6 +134,21 @@ func podDevices(r *Report, e *Env, p *PodView) {
 		}
 	}
 	p.Devices = devs
+}
+
+// podRails runs the rails check on the ports of the pod's devices, inside
+// the pod's netns.
+func podRails(r *Report, e *Env, p *PodView) {
+	devs := railDevs(p.Devices)
+	if len(devs) == 0 || e.NetIn == nil {
+		return
+	}
+	if err := e.NetIn(p.Netns, func(n RailNet) error {
+		p.Rails = checkRails(r, n, devs, p.Netns)
+		return nil
+	}); err != nil {
+		r.add(Warn, "rails", p.Netns, fmt.Sprintf("cannot read the addresses, ARP settings and routes of the pod's RDMA netdevs: %v", err), "run the doctor as root")
+	}
 }
 
 func processFindings(r *Report, p *PodView) {

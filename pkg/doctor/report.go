@@ -179,6 +179,10 @@ func writePod(b *strings.Builder, p *PodView) {
 	} else {
 		writeDevices(b, p.Devices, false)
 	}
+	if len(p.Rails) > 0 {
+		b.WriteString("\nRails\n")
+		writeRails(b, p.Rails)
+	}
 	b.WriteString("\nProcesses in it\n")
 	if len(p.Processes) == 0 {
 		b.WriteString("  none\n")
@@ -226,6 +230,50 @@ func chainString(chain []ChainPlugin) string {
 		parts = append(parts, s)
 	}
 	return strings.Join(parts, " > ")
+}
+
+// writeRails shows one line per address of each rail: its RoCE v2 GID,
+// the ARP settings the kernel applies, and for rails sharing a subnet the
+// netdev the route to a peer leaves by.
+func writeRails(b *strings.Builder, rails []Rail) {
+	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  DEVICE\tPORT\tNETDEV\tADDRESS\tROCE V2 GID\tARP IGNORE/ANNOUNCE\tSHARES SUBNET WITH\tROUTE TO PEER")
+	for _, rl := range rails {
+		arp := fmt.Sprintf("%s/%s", conf(rl.ArpIgnore), conf(rl.ArpAnnounce))
+		shares := dash(strings.Join(rl.SharesSubnetWith, ","))
+		addrs := rl.Addresses
+		if len(addrs) == 0 {
+			addrs = []RailAddress{{}}
+		}
+		for i, a := range addrs {
+			dev, port, nd := rl.Device, fmt.Sprint(rl.Port), rl.Netdev
+			if i > 0 {
+				dev, port, nd = "", "", ""
+			}
+			gid := "-"
+			if a.RoCEv2GID != nil {
+				gid = fmt.Sprint(*a.RoCEv2GID)
+			} else if a.Address != "" {
+				gid = "none"
+			}
+			route := "-"
+			switch {
+			case a.RouteNetdev != "":
+				route = a.Peer + " dev " + a.RouteNetdev
+			case a.RouteError != "":
+				route = a.Peer + " error"
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", dev, port, nd, dash(a.Address), gid, arp, shares, route)
+		}
+	}
+	tw.Flush()
+}
+
+func conf(v int) string {
+	if v < 0 {
+		return "?"
+	}
+	return fmt.Sprint(v)
 }
 
 func dash(s string) string {

@@ -1,6 +1,7 @@
 package doctor
 
 import (
+	"net/netip"
 	"os"
 	"path/filepath"
 	"sort"
@@ -44,7 +45,23 @@ type Port struct {
 	NetdevsElsewhere []string `json:"netdevsElsewhere,omitempty"`
 	// GIDs counts the non-zero entries of the GID table.
 	GIDs int `json:"gids"`
+	// IPv4GIDs are the entries derived from IPv4 addresses (::ffff:a.b.c.d).
+	IPv4GIDs []GID `json:"ipv4Gids,omitempty"`
 }
+
+// GID is one entry of a port's GID table.
+type GID struct {
+	Index int `json:"index"`
+	// Address is the IPv4 address the entry was made for.
+	Address string `json:"address"`
+	// Type is "RoCE v2" or "IB/RoCE v1"; Netdev the netdev the entry
+	// belongs to (gid_attrs).
+	Type   string `json:"type,omitempty"`
+	Netdev string `json:"netdev,omitempty"`
+}
+
+// RoCEv2 is the GID type RoCE v2 (UDP/IP) traffic is sent with.
+const RoCEv2 = "RoCE v2"
 
 // Location says which network namespace holds a device.
 type Location struct {
@@ -139,6 +156,11 @@ func readPorts(root, dev string) []Port {
 			}
 			p.GIDs++
 			nd, err := readSmall(filepath.Join(pdir, "gid_attrs", "ndevs", g.Name()))
+			if a, ok := ipv4OfGID(v); ok {
+				idx, _ := strconv.Atoi(g.Name())
+				typ, _ := readSmall(filepath.Join(pdir, "gid_attrs", "types", g.Name()))
+				p.IPv4GIDs = append(p.IPv4GIDs, GID{Index: idx, Address: a.String(), Type: typ, Netdev: nd})
+			}
 			if err != nil || nd == "" || seen[nd] {
 				continue
 			}
@@ -151,6 +173,7 @@ func readPorts(root, dev string) []Port {
 			}
 		}
 		sort.Strings(p.Netdevs)
+		sort.Slice(p.IPv4GIDs, func(i, j int) bool { return p.IPv4GIDs[i].Index < p.IPv4GIDs[j].Index })
 		ports = append(ports, p)
 	}
 	sort.Slice(ports, func(i, j int) bool { return ports[i].Port < ports[j].Port })
@@ -171,6 +194,16 @@ func stateName(dir, file string) string {
 
 func zeroGID(v string) bool {
 	return strings.Trim(v, "0:") == ""
+}
+
+// ipv4OfGID is the IPv4 address of an IPv4-mapped GID, as RoCE derives
+// one from each IPv4 address of the port's netdev.
+func ipv4OfGID(v string) (netip.Addr, bool) {
+	a, err := netip.ParseAddr(v)
+	if err != nil || !a.Is4In6() {
+		return netip.Addr{}, false
+	}
+	return a.Unmap(), true
 }
 
 // rdmamap reads package variables; guard them so the paths can point at a

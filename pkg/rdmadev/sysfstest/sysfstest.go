@@ -4,8 +4,11 @@
 package sysfstest
 
 import (
+	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -69,6 +72,43 @@ func (t *Tree) Netdev(parent, name string) string {
 func (t *Tree) RDMA(parent, name string) string {
 	t.tb.Helper()
 	return t.classDevice("infiniband", parent, name)
+}
+
+// GID writes entry index of the GID table of port of the RDMA device name
+// (made by RDMA): ports/<port>/gids/<index> as the kernel prints it, and
+// the entry's netdev and type ("RoCE v2", "IB/RoCE v1") under gid_attrs.
+// An empty ndev or typ leaves that attribute out.
+func (t *Tree) GID(name string, port, index int, gid, typ, ndev string) {
+	t.tb.Helper()
+	dir := filepath.Join(t.Root, "class", "infiniband", name, "ports", strconv.Itoa(port))
+	n := strconv.Itoa(index)
+	t.write(filepath.Join(dir, "gids", n), gid+"\n")
+	if ndev != "" {
+		t.write(filepath.Join(dir, "gid_attrs", "ndevs", n), ndev+"\n")
+	}
+	if typ != "" {
+		t.write(filepath.Join(dir, "gid_attrs", "types", n), typ+"\n")
+	}
+}
+
+// IPv4GID is the GID the kernel derives from an IPv4 address (the
+// IPv4-mapped ::ffff:a.b.c.d), in sysfs's notation.
+func IPv4GID(addr string) string {
+	a := netip.MustParseAddr(addr).As16()
+	a[10], a[11] = 0xff, 0xff
+	var parts []string
+	for i := 0; i < 16; i += 2 {
+		parts = append(parts, fmt.Sprintf("%02x%02x", a[i], a[i+1]))
+	}
+	return strings.Join(parts, ":")
+}
+
+func (t *Tree) write(path, data string) {
+	t.tb.Helper()
+	t.mkdir(filepath.Dir(path))
+	if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
+		t.tb.Fatal(err)
+	}
 }
 
 // classDevice mirrors device_add for a class device: the directory lives
