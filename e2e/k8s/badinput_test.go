@@ -28,6 +28,9 @@ func nad(t *testing.T, ns, name, netdev, addr, rdmaExtra string, opts ...nadOpti
 	if netdev == "" {
 		device = "" // the NIC comes from the device plugin's allocation (pciBusID)
 	}
+	if spec.podPicks {
+		device = `"capabilities": {"deviceID": true}, `
+	}
 	conf := fmt.Sprintf(`{"cniVersion": "1.1.0", "name": %q, "plugins": [
   {"type": "host-device", %s"ipam": {"type": "static", "addresses": [{"address": %q}]}},
   {"type": "rdma-netns"%s}]}`, name, device, addr, rdmaExtra)
@@ -51,6 +54,7 @@ metadata:
 // nadSpec is what nadOptions change in a NAD.
 type nadSpec struct {
 	resource string
+	podPicks bool
 }
 
 type nadOption func(*nadSpec)
@@ -61,6 +65,11 @@ type nadOption func(*nadSpec)
 func byResource(resource string) nadOption {
 	return func(s *nadSpec) { s.resource = resource }
 }
+
+// byPodDeviceID makes host-device take the NIC the pod's network-selection
+// deviceID names (it declares the deviceID capability, and names no NIC
+// of its own), as conf/nad-device-info.yaml does.
+func byPodDeviceID(s *nadSpec) { s.podPicks = true }
 
 // toolsPod is an unprivileged pod of the tools image in namespace ns, its
 // k8s.v1.cni.cncf.io/networks annotation network (a NAD's name, or the

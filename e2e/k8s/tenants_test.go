@@ -62,8 +62,8 @@ func TestTenants(t *testing.T) {
 		nics  [2]string
 		cases []func(*tenancy, *testing.T)
 	}{
-		{[2]string{"eth4", "eth5"}, []func(*tenancy, *testing.T){(*tenancy).otherNADsDevName, (*tenancy).otherDevice}},
-		{[2]string{"eth6", "eth7"}, []func(*tenancy, *testing.T){(*tenancy).otherDeviceID, (*tenancy).malformedDevName, (*tenancy).heldByOtherNamespace}},
+		{[2]string{"eth4", "eth5"}, []func(*tenancy, *testing.T){(*tenancy).otherNADsDevName, (*tenancy).otherDevice, (*tenancy).podChosenIfName}},
+		{[2]string{"eth6", "eth7"}, []func(*tenancy, *testing.T){(*tenancy).otherDeviceID, (*tenancy).malformedDevName, (*tenancy).heldByOtherNamespace, (*tenancy).hugeCNIArgs}},
 	}
 	t.Run("lanes", func(t *testing.T) {
 		for i, l := range lanes {
@@ -135,17 +135,72 @@ func (ts *tenancy) otherDeviceID(t *testing.T) {
 		// runtimeConfig.deviceID to the plugins that declare the capability
 		// (when no device plugin allocated one), as conf/nad-device-info.yaml
 		// declares it.
-		nad(t, t1.ns, "t1-devid", t1.nic.Netdev, t1.addr, `, "capabilities": {"deviceID": true}`)
+		allowed := fmt.Sprintf(`, "capabilities": {"deviceID": true}, "allowedPodDevices": [%q]`, t1.nic.RDMA)
+		nad(t, t1.ns, "t1-devid", t1.nic.Netdev, t1.addr, allowed)
 		hostile := toolsPod(t1.ns, "t1-deviceid", selection("t1-devid", "deviceID", t2.nic.PCI))
-		ts.refused(t, hostile, "runtimeConfig.deviceID", strconv.Quote(t2.nic.PCI), "refused", "nothing was changed")
+		// The refusal names the list, never what the deviceID led to.
+		ts.refused(t, hostile, "runtimeConfig.deviceID", strconv.Quote(t2.nic.PCI), "refused", "allowedPodDevices are "+t1.nic.RDMA, "nothing was changed")
+		ts.namesNot(t, hostile, t2.nic.RDMA)
 		runsWith(t, t2.ns, "t2-deviceid", t2.network, t2.nic.RDMA)
 		deletePod(t, t1.ns, hostile.Name, metav1.DeleteOptions{})
 		deletePod(t, t2.ns, "t2-deviceid", metav1.DeleteOptions{})
 		ts.settled(t)
-		// A deviceID that names the pod's own NIC narrows nothing away: the
-		// NAD's next pod starts with it.
+		// A deviceID that names a device of the list is the pod's to pick:
+		// the NAD's next pod starts with it.
 		ts.nextStarts(t, "t1-deviceid-next", selection("t1-devid", "deviceID", t1.nic.PCI))
+
+		// host-device takes the NIC the pod names (the deviceID capability,
+		// no NIC of its own) and rdma-netns, which sees the same deviceID,
+		// holds it to allowedPodDevices: t1's pod naming t2's free NIC is
+		// refused, the chain's DEL gives the NIC back, and t2's pod starts.
+		nad(t, t1.ns, "t1-pick", "", t1.addr, allowed, byPodDeviceID)
+		hostile = toolsPod(t1.ns, "t1-pick", selection("t1-pick", "deviceID", t2.nic.PCI))
+		ts.refused(t, hostile, "runtimeConfig.deviceID", strconv.Quote(t2.nic.PCI), "refused", "allowedPodDevices are "+t1.nic.RDMA, "nothing was changed")
+		ts.namesNot(t, hostile, t2.nic.RDMA)
+		deletePod(t, t1.ns, hostile.Name, metav1.DeleteOptions{})
+		ts.settled(t)
+		runsWith(t, t2.ns, "t2-pick", t2.network, t2.nic.RDMA)
+		deletePod(t, t2.ns, "t2-pick", metav1.DeleteOptions{})
+		ts.settled(t)
+		ts.nextStarts(t, "t1-pick-next", selection("t1-pick", "deviceID", t1.nic.PCI))
 	})
+}
+
+// podChosenIfName: the network-selection element names the pod's
+// interface with a control character, which Multus, libcni and the kernel
+// pass. rdma-netns refuses the ADD; its DEL does not fail on the name, so
+// host-device's DEL returns the NIC under its own name.
+func (ts *tenancy) podChosenIfName(t *testing.T) {
+	t.Run("interface name with a control character", func(t *testing.T) {
+		t1 := ts.t1
+		hostile := toolsPod(t1.ns, "t1-ifname", selection(t1.network, "interface", "net\x01"))
+		ts.refused(t, hostile, "invalid interface name", "nothing was changed")
+		deletePod(t, t1.ns, hostile.Name, metav1.DeleteOptions{})
+		ts.settled(t)
+		ts.nextStarts(t, "t1-ifname-next", t1.network)
+	})
+}
+
+// hugeCNIArgs: cni-args of 200,000 '<', which Multus re-encodes into 1.2 MB
+// of every plugin's stdin. They are not rdma-netns's keys: the pod starts
+// with its device, and its delete returns NIC and device.
+func (ts *tenancy) hugeCNIArgs(t *testing.T) {
+	t.Run("cni-args of 200,000 '<'", func(t *testing.T) {
+		t1 := ts.t1
+		runsWith(t, t1.ns, "t1-huge-args", selection(t1.network, "cni-args", map[string]any{"note": strings.Repeat("<", 200000)}), t1.nic.RDMA)
+		deletePod(t, t1.ns, "t1-huge-args", metav1.DeleteOptions{})
+		ts.settled(t)
+		ts.nextStarts(t, "t1-huge-args-next", t1.network)
+	})
+}
+
+// namesNot fails the test when the pod's events name dev, which the pod
+// did not write.
+func (ts *tenancy) namesNot(t *testing.T, pod *corev1.Pod, dev string) {
+	t.Helper()
+	if evs := events(t, pod.Namespace, pod.Name); strings.Contains(evs, dev) {
+		t.Errorf("pod %s/%s's events name RDMA device %s:\n%s", pod.Namespace, pod.Name, dev, evs)
+	}
 }
 
 // malformedDevName: cni-args rdmaDevName is no RDMA device name.
@@ -207,6 +262,19 @@ func (ts *tenancy) otherNADsDevName(t *testing.T) {
 		deletePod(t, t2.ns, "t2-job", metav1.DeleteOptions{})
 		// Both devices are back under their own names.
 		ts.settled(t)
+
+		// A prefix that t2's name starts with: once t2's network has run a
+		// pod on the node, its name is reserved there, and t1's pod cannot
+		// take it even while no pod holds it; t2's next pod starts with it.
+		nad(t, t1.ns, "t1-squat", t1.nic.Netdev, t1.addr, `, "podRdmaDevNamePrefix": "rdma_"`)
+		hostile = toolsPod(t1.ns, "t1-squat", selection("t1-squat", "cni-args", map[string]any{"rdmaDevName": job}))
+		ts.refused(t, hostile, "args.cni.rdmaDevName", strconv.Quote(job), "refused", "another network on this node gives its pods that name", "nothing was changed")
+		ts.namesNot(t, hostile, "t2-job")
+		deletePod(t, t1.ns, hostile.Name, metav1.DeleteOptions{})
+		ts.settled(t)
+		runsWith(t, t2.ns, "t2-job-next", "t2-job", job)
+		deletePod(t, t2.ns, "t2-job-next", metav1.DeleteOptions{})
+		ts.settled(t)
 	})
 }
 
@@ -252,11 +320,15 @@ func (ts *tenancy) heldByOtherNamespace(t *testing.T) {
 // form: one network-selection element, of network, with key set to value
 // as a tenant writes it.
 func selection(network, key string, value any) string {
-	data, err := json.Marshal([]map[string]any{{"name": network, key: value}})
-	if err != nil {
+	// Without HTML escaping, as kubectl writes it: a '<' is one byte of the
+	// annotation, not six.
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode([]map[string]any{{"name": network, key: value}}); err != nil {
 		panic(err)
 	}
-	return string(data)
+	return strings.TrimSpace(b.String())
 }
 
 // refused creates a tenant's pod and waits for the event of its refused
