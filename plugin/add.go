@@ -110,9 +110,7 @@ func (c *call) decide(req config.PodRequest, podName string) (*state.Record, fun
 		return nil, nil, err
 	}
 	defer unlockNode()
-	if err := c.reserveNames(req.DevName, podName); err != nil {
-		return nil, nil, err
-	}
+	c.reserveNetworkName()
 	for attempt := 0; ; attempt++ {
 		recs, err := c.loadRecords()
 		if err != nil {
@@ -120,6 +118,10 @@ func (c *call) decide(req config.PodRequest, podName string) (*state.Record, fun
 		}
 		done, err := c.resume(recs)
 		if err != nil || done {
+			return nil, nil, err
+		}
+		// After resume: a repeated ADD keeps the name its pod has.
+		if err := c.nameNotReserved(req.DevName, podName); err != nil {
 			return nil, nil, err
 		}
 		if recs, err = c.reconcile(recs); err != nil {
@@ -419,18 +421,23 @@ func (c *call) podDevName(s config.Source) (string, error) {
 	return s.Value, nil
 }
 
-// reserveNames keeps the name this network gives its pods' devices
+// reserveNetworkName keeps the name this network gives its pods' devices
 // (rdmaDevName) from any pod that names its device itself, on this node
-// from the network's first ADD here on: it reserves the network's name,
-// and refuses a pod's own name that another network reserved. Before a
+// from the network's first ADD here on (nameNotReserved). Before a
 // network's first pod on the node, a pod may take its name first-come;
-// rdma-netns doctor nads names the prefixes that allow it.
-func (c *call) reserveNames(podPick config.Source, podName string) error {
+// rdma-netns doctor nads names the prefixes that allow it. A failure to
+// reserve blocks no pod.
+func (c *call) reserveNetworkName() {
 	if nad := c.conf.RdmaDevName; nad != "" {
 		if err := c.store.ReserveName(nad, c.conf.Name); err != nil {
 			c.log.Warnf("cannot reserve RDMA device name %s for network %s on this node: %v", nad, c.conf.Name, err)
 		}
 	}
+}
+
+// nameNotReserved refuses a name the pod chose itself that another
+// network reserved on this node.
+func (c *call) nameNotReserved(podPick config.Source, podName string) error {
 	if podPick.Value == "" || podName != podPick.Value || podName == c.conf.RdmaDevName {
 		return nil
 	}

@@ -241,3 +241,47 @@ func jsonString(t *testing.T, s string) string {
 	}
 	return string(b)
 }
+
+// Before a network's first pod on the node its name is not reserved there:
+// a pod with a matching prefix may take it first (rdma-netns doctor nads
+// names such prefixes). The network's pod then gets a clear refusal that
+// names no pod of another namespace, the squatter's repeated ADD keeps its
+// device, and once the squatter is gone the name is the network's.
+func TestFirstComeSquat(t *testing.T) {
+	e := newEnv(t)
+	named := func(p pod) []byte {
+		return e.netconf(p, "1.1.0", map[string]any{"name": "job-net", "rdmaDevName": "rdma_net1"})
+	}
+	squatConf := func(p pod) []byte {
+		return e.netconf(p, "1.1.0", map[string]any{"name": "free-net", "podRdmaDevNamePrefix": "rdma_"})
+	}
+	const squatArgs = "K8S_POD_NAMESPACE=t1;K8S_POD_NAME=squat;rdmaDevName=rdma_net1"
+	squat := e.newPod("squat", "net1", "virtio", "virtio1")
+	if _, err := e.add(squat, squatConf(squat), squatArgs); err != nil {
+		t.Fatal(err)
+	}
+	e.wantWhere("rdma_net1", squat.path())
+
+	job := e.newPod("job-0", "net1", "virtio", "virtio2")
+	_, err := e.add(job, named(job), "K8S_POD_NAMESPACE=t2;K8S_POD_NAME=job-0")
+	wantErr(t, err, "cannot name the RDMA device rdma_net1 inside the pod", "a pod in another namespace already uses that name")
+	if strings.Contains(err.Error(), "squat") {
+		t.Errorf("the refusal names the other namespace's pod: %v", err)
+	}
+	e.wantWhere("rxe2", "host")
+	if _, err := e.add(squat, squatConf(squat), squatArgs); err != nil {
+		t.Fatalf("the squatter's repeated ADD: %v", err)
+	}
+	e.wantWhere("rdma_net1", squat.path())
+
+	if err := e.del(squat, squatConf(squat)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.add(job, named(job), "K8S_POD_NAMESPACE=t2;K8S_POD_NAME=job-0"); err != nil {
+		t.Fatalf("the network's pod once the squatter is gone: %v", err)
+	}
+	e.wantWhere("rdma_net1", job.path())
+	again := e.newPod("squat-2", "net1", "virtio", "virtio1")
+	_, err = e.add(again, squatConf(again), "K8S_POD_NAMESPACE=t1;K8S_POD_NAME=squat-2;rdmaDevName=rdma_net1")
+	wantErr(t, err, "another network on this node gives its pods that name")
+}
