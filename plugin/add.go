@@ -48,7 +48,10 @@ func (c *call) add() error {
 	if err := c.conf.CheckSize(len(c.args.StdinData)); err != nil {
 		return types.NewError(types.ErrInvalidNetworkConfig, err.Error(), "")
 	}
-	if err := c.key().Validate(); err != nil {
+	if err := c.key().ValidateRuntime(); err != nil {
+		return types.NewError(types.ErrInvalidEnvironmentVariables, err.Error(), "")
+	}
+	if err := state.ValidateIfName(c.args.IfName); err != nil {
 		return types.NewError(types.ErrInvalidEnvironmentVariables, err.Error()+
 			"; nothing was changed. Name the pod's interface (the \"interface\" of its network-selection element) with letters, digits, '-', '_' or '.'", "")
 	}
@@ -110,7 +113,6 @@ func (c *call) decide(req config.PodRequest, podName string) (*state.Record, fun
 		return nil, nil, err
 	}
 	defer unlockNode()
-	c.reserveNetworkName()
 	for attempt := 0; ; attempt++ {
 		recs, err := c.loadRecords()
 		if err != nil {
@@ -262,6 +264,7 @@ func (c *call) attach(rec *state.Record) error {
 			return rollback(err)
 		}
 	}
+	c.reserveNetworkName()
 	return c.printResult()
 }
 
@@ -423,10 +426,11 @@ func (c *call) podDevName(s config.Source) (string, error) {
 
 // reserveNetworkName keeps the name this network gives its pods' devices
 // (rdmaDevName) from any pod that names its device itself, on this node
-// from the network's first ADD here on (nameNotReserved). Before a
-// network's first pod on the node, a pod may take its name first-come;
-// rdma-netns doctor nads names the prefixes that allow it. A failure to
-// reserve blocks no pod.
+// from the network's first attachment here on (nameNotReserved): written
+// once an ADD succeeded, so a refused ADD leaves the node as it was.
+// Before a network's first pod on the node, a pod may take its name
+// first-come; rdma-netns doctor nads names the prefixes that allow it. A
+// failure to reserve blocks no pod.
 func (c *call) reserveNetworkName() {
 	if nad := c.conf.RdmaDevName; nad != "" {
 		if err := c.store.ReserveName(nad, c.conf.Name); err != nil {

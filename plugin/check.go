@@ -28,9 +28,12 @@ func (c *call) check() error {
 	if c.conf.Result == nil {
 		return types.NewError(types.ErrInvalidNetworkConfig, "CHECK needs a prevResult", "")
 	}
-	if err := c.key().Validate(); err != nil {
-		// ADD refused it and attached nothing: there is nothing to check.
-		c.log.Infof("nothing to check: ADD refuses this attachment (%v)", err)
+	if err := c.key().ValidateRuntime(); err != nil {
+		return types.NewError(types.ErrInvalidEnvironmentVariables, err.Error(), "")
+	}
+	if err := state.ValidateIfName(c.args.IfName); err != nil {
+		// ADD refused the pod's name and attached nothing: nothing to check.
+		c.log.Infof("nothing to check: ADD refuses this interface name (%v)", err)
 		return nil
 	}
 	if err := c.exclusive(); err != nil {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/rdma-netns/rdma-netns/pkg/inventory"
 	"github.com/rdma-netns/rdma-netns/pkg/rdmans"
@@ -28,11 +29,15 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 }
 
 func (c *call) del() error {
-	if err := c.key().Validate(); err != nil {
-		// ADD refuses such a key before it changes anything, so nothing
-		// can be recorded or moved under it. Failing here would stop the
-		// chain's DEL before host-device's, which returns the NIC.
-		c.log.Infof("nothing to do: ADD refuses this attachment (%v) before it changes anything", err)
+	if err := c.key().ValidateRuntime(); err != nil {
+		return types.NewError(types.ErrInvalidEnvironmentVariables, err.Error(), "")
+	}
+	if err := state.ValidateIfName(c.args.IfName); err != nil {
+		// The pod chose the name; ADD refuses it before it changes
+		// anything, so nothing can be recorded or moved under it. Failing
+		// here would stop the chain's DEL before host-device's, which
+		// returns the NIC.
+		c.log.Infof("nothing to do: ADD refuses this interface name (%v) before it changes anything", err)
 		return nil
 	}
 	if err := c.openStore(); err != nil {

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/rdma-netns/rdma-netns/pkg/config"
+	"github.com/rdma-netns/rdma-netns/pkg/state"
 )
 
 // A pod names its interface in its network-selection element ("interface"),
@@ -269,6 +270,14 @@ func TestFirstComeSquat(t *testing.T) {
 		t.Errorf("the refusal names the other namespace's pod: %v", err)
 	}
 	e.wantWhere("rxe2", "host")
+	// A refused ADD leaves the node as it was: it reserves nothing.
+	st, err := state.New(e.stateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if by, err := st.NameReservedBy("rdma_net1"); by != "" || err != nil {
+		t.Fatalf("the refused ADD reserved rdma_net1 for %q (%v)", by, err)
+	}
 	if _, err := e.add(squat, squatConf(squat), squatArgs); err != nil {
 		t.Fatalf("the squatter's repeated ADD: %v", err)
 	}

@@ -41,13 +41,20 @@ func (k Key) String() string {
 // goes through libcni already satisfies them, so rejecting everything else
 // costs nothing and keeps hostile bytes out of the state directory and logs.
 func (k Key) Validate() error {
-	if err := validateCNIName("network name", k.Network); err != nil {
-		return err
-	}
-	if err := validateCNIName("container ID", k.ContainerID); err != nil {
+	if err := k.ValidateRuntime(); err != nil {
 		return err
 	}
 	return ValidateIfName(k.IfName)
+}
+
+// ValidateRuntime checks the parts of the key the runtime and the network's
+// configuration choose, the network name and the container ID; a pod may
+// choose the interface name (Multus's network-selection "interface").
+func (k Key) ValidateRuntime() error {
+	if err := validateCNIName("network name", k.Network); err != nil {
+		return err
+	}
+	return validateCNIName("container ID", k.ContainerID)
 }
 
 // validateCNIName implements the CNI spec rule for container IDs and network

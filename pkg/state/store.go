@@ -372,7 +372,7 @@ func (s *Store) LostNames() (map[string]string, error) {
 const ReservedDir = "reserved-names"
 
 // ReserveName records that network gives its pods' RDMA devices name on
-// this node, unless the name is reserved already. Call it holding Lock.
+// this node, unless the name is reserved already.
 func (s *Store) ReserveName(name, network string) error {
 	if err := ValidateDeviceName(name); err != nil {
 		return err
@@ -384,7 +384,7 @@ func (s *Store) ReserveName(name, network string) error {
 	if err := os.MkdirAll(filepath.Dir(path), dirPerm); err != nil {
 		return err
 	}
-	return os.WriteFile(path, []byte(network+"\n"), filePerm)
+	return s.writeAtomic(filepath.Join(ReservedDir, name), []byte(network+"\n"))
 }
 
 // NameReservedBy is the network that reserved name on this node, "" if

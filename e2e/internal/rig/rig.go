@@ -357,14 +357,15 @@ func Records(dir string) []string {
 }
 
 // StateFiles lists every file in dir but the node lock and the device
-// locks, which stay for the next call, and the directory of attachment
-// locks, whose files are listed instead: one left over outlives its call.
+// locks, which stay for the next call, the names networks reserved, which
+// stay by design, and the directory of attachment locks, whose files are
+// listed instead: one left over outlives its call.
 func StateFiles(dir string) []string {
 	entries, _ := os.ReadDir(dir)
 	var out []string
 	for _, e := range entries {
 		switch e.Name() {
-		case "lock", state.DeviceLockDir:
+		case "lock", state.DeviceLockDir, state.ReservedDir:
 		case state.AttachmentLockDir:
 			locks, _ := os.ReadDir(filepath.Join(dir, e.Name()))
 			for _, l := range locks {
