@@ -41,12 +41,12 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 }
 
 func (c *call) add() error {
+	if err := c.conf.CheckSize(len(c.args.StdinData)); err != nil {
+		return types.NewError(types.ErrInvalidNetworkConfig, err.Error(), "")
+	}
 	if c.conf.Result == nil {
 		return types.NewError(types.ErrInvalidNetworkConfig,
 			"rdma-netns needs a prevResult: it is a meta-plugin and must follow the plugin that moves the netdev into the pod (host-device, sriov) in a plugin chain", "")
-	}
-	if err := c.conf.CheckSize(len(c.args.StdinData)); err != nil {
-		return types.NewError(types.ErrInvalidNetworkConfig, err.Error(), "")
 	}
 	if err := c.key().ValidateRuntime(); err != nil {
 		return types.NewError(types.ErrInvalidEnvironmentVariables, err.Error(), "")
