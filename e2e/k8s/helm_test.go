@@ -4,6 +4,7 @@ package k8s
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -49,18 +50,24 @@ const (
 // as an operator would, and returns its output.
 func helm(t *testing.T, args ...string) string {
 	t.Helper()
-	cmd := exec.Command(helmBin, append(args, "--kubeconfig", node.AdminKubeconfig)...)
-	// helm keeps its cache and configuration under $HOME, which the guest
-	// does not have.
-	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME=/run/helm/cache",
-		"HELM_CONFIG_HOME=/run/helm/config", "HELM_DATA_HOME=/run/helm/data")
 	start := time.Now()
-	out, err := cmd.CombinedOutput()
+	out, err := helmCmd(args...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 	t.Logf("helm %s: %s", args[0], time.Since(start).Round(100*time.Millisecond))
 	return string(out)
+}
+
+// helmCmd is the helm CLI with args, against the cluster with the admin's
+// kubeconfig.
+func helmCmd(args ...string) *exec.Cmd {
+	cmd := exec.Command(helmBin, append(args, "--kubeconfig", node.AdminKubeconfig)...)
+	// helm keeps its cache and configuration under $HOME, which the guest
+	// does not have.
+	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME=/run/helm/cache",
+		"HELM_CONFIG_HOME=/run/helm/config", "HELM_DATA_HOME=/run/helm/data")
+	return cmd
 }
 
 // helmInstall is `helm install` of the chart into kube-system with the
@@ -114,7 +121,7 @@ func waitNoDSPod(t *testing.T) {
 // same objects; like helm uninstall it leaves the node's files.
 func removeApplied(t *testing.T) {
 	t.Helper()
-	if out, err := exec.Command(helmBin, "status", release, "-n", dsNamespace, "--kubeconfig", node.AdminKubeconfig).CombinedOutput(); err == nil {
+	if out, err := helmCmd("status", release, "-n", dsNamespace).CombinedOutput(); err == nil {
 		t.Logf("release %s already installed:\n%s", release, out)
 		helmUninstall(t)
 		return
@@ -286,9 +293,49 @@ func TestHelm(t *testing.T) {
 	}
 	for _, s := range steps {
 		if !t.Run(s.name, s.run) {
-			// The next steps start from this one's state.
+			// The next steps start from this one's state; the tests
+			// after TestHelm start from the last one's.
+			restoreDefaults(t)
 			t.Fatalf("%s failed; the steps after it need its state", s.name)
 		}
+	}
+}
+
+// restoreDefaults leaves the node as TestHelm leaves it when it passes,
+// after a step failed half-way: the step's pods deleted (they hold
+// devices the next tests' pods need), any release uninstalled, and the
+// chart installed with its defaults. Otherwise one failed step fails
+// every later test that needs a device or the DaemonSet, each after its
+// own deadline, and the boot's overall limit hides the first failure.
+// It logs what it could not do and never fails t itself.
+func restoreDefaults(t *testing.T) {
+	t.Helper()
+	c := context.Background()
+	pods, err := cs.CoreV1().Pods("default").List(c, metav1.ListOptions{})
+	if err != nil {
+		t.Logf("restore: pods of namespace default: %v", err)
+	} else {
+		for _, p := range pods.Items {
+			t.Logf("restore: deleting pod default/%s", p.Name)
+			_ = cs.CoreV1().Pods("default").Delete(c, p.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+		}
+	}
+	err = cririg.Wait(3*time.Minute, "the pods of namespace default gone", func() (bool, error) {
+		pods, err := cs.CoreV1().Pods("default").List(c, metav1.ListOptions{})
+		return err == nil && len(pods.Items) == 0, nil
+	})
+	if err != nil {
+		t.Logf("restore: %v", err)
+	}
+	run := func(args ...string) {
+		out, err := helmCmd(args...).CombinedOutput()
+		t.Logf("restore: helm %s: %v\n%s", args[0], err, out)
+	}
+	run("uninstall", release, "-n", dsNamespace, "--wait", "--timeout", "2m")
+	run("install", release, chartDir, "-n", dsNamespace,
+		"--set", "image.repository="+imageRepo, "--set", "image.tag="+newTag)
+	if _, err := waitDaemonSetPod(c, imageRepo+":"+newTag); err != nil {
+		t.Logf("restore: %v", err)
 	}
 }
 
