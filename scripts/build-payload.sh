@@ -3,9 +3,9 @@
 # scripts/vm-run.sh expects): cni/ holds CNI plugins for /opt/cni/bin, bin/
 # holds test binaries for /usr/local/bin, the rest lands in /payload.
 #
-# host-device, static, loopback and cnitool are built from their own modules
-# at the versions versions.env names (CNI_PLUGINS_VERSION, CNI_VERSION),
-# which go.mod requires too (versions_test.go), so the VM runs exactly the
+# host-device, static, loopback, tuning, sbr and cnitool are built from
+# their own modules at the versions versions.env names (CNI_PLUGINS_VERSION,
+# CNI_VERSION), which go.mod requires too (versions_test.go), so the VM runs exactly the
 # code we depend on. The Multus tests come from their own module,
 # e2e/multus; the CRI tests from e2e/cri, with containerd built from its Go
 # module (CONTAINERD_VERSION) and conf/containerd as /payload/containerd.
@@ -28,11 +28,17 @@ cni=$CNI_VERSION
 log "rdma-netns"
 go build -trimpath -o "$out/cni/rdma-netns" .
 # go install caches by version: after the first run these take a second.
-log "host-device, static, loopback $plugins; cnitool $cni"
+# tuning and sbr: the rails NADs chain them after host-device on rails
+# that share a subnet (conf/nad-rails-shared-subnet.yaml: tuning sets the
+# rail's arp_ignore/arp_announce in the pod, sbr gives it a routing table),
+# so /opt/cni/bin must hold them for those chains to run.
+log "host-device, static, loopback, tuning, sbr $plugins; cnitool $cni"
 GOBIN="$out/cni" go install \
   "github.com/containernetworking/plugins/plugins/main/host-device@$plugins" \
   "github.com/containernetworking/plugins/plugins/ipam/static@$plugins" \
-  "github.com/containernetworking/plugins/plugins/main/loopback@$plugins"
+  "github.com/containernetworking/plugins/plugins/main/loopback@$plugins" \
+  "github.com/containernetworking/plugins/plugins/meta/tuning@$plugins" \
+  "github.com/containernetworking/plugins/plugins/meta/sbr@$plugins"
 GOBIN="$out/bin" go install "github.com/containernetworking/cni/cnitool@$cni"
 log "e2e test binary"
 go test -c -tags e2e -o "$out/bin/e2e.test" ./e2e

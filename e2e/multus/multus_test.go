@@ -397,7 +397,7 @@ func (p *pod) delTwice(t *testing.T, n rig.NIC) {
 	}
 	p.assertReleased(t, n, "DEL")
 	// libcni deletes in reverse order, so rdma-netns runs first and an
-	// error from host-device means rdma-netns succeeded. host-device v1.9.1
+	// error from host-device means rdma-netns succeeded. host-device v1.10.0
 	// fails its own repeated DEL ("failed to find net1"); that is the only
 	// error allowed, and nothing may come back.
 	err := multus.CmdDel(p.args, nil, p.client)

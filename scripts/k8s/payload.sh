@@ -41,10 +41,17 @@ for f in e2e.test multus.test cri.test nri.test rdma-netns-bench rdma-netns-stre
 done
 rm -f "$out/cni/rdma-netns"
 cp "$bins/kubelet" "$out/bin/kubelet"
-# The pods' cluster network (ptp, host-local), at CNI_PLUGINS_VERSION.
+# The pods' cluster network (ptp, host-local), at CNI_PLUGINS_VERSION; and
+# tuning and sbr, which the rails NADs chain after host-device on rails
+# sharing a subnet (conf/nad-rails-shared-subnet.yaml: per-rail ARP sysctls
+# and routing tables in the pod). The base payload copied above has them
+# too; they are named here so the node's /opt/cni/bin holds them whatever
+# the base's list becomes (go install's cache makes the repeat free).
 GOBIN="$out/cni" go install \
   "github.com/containernetworking/plugins/plugins/main/ptp@$CNI_PLUGINS_VERSION" \
-  "github.com/containernetworking/plugins/plugins/ipam/host-local@$CNI_PLUGINS_VERSION"
+  "github.com/containernetworking/plugins/plugins/ipam/host-local@$CNI_PLUGINS_VERSION" \
+  "github.com/containernetworking/plugins/plugins/meta/tuning@$CNI_PLUGINS_VERSION" \
+  "github.com/containernetworking/plugins/plugins/meta/sbr@$CNI_PLUGINS_VERSION"
 mkdir -p "$out/k8s-manifests"
 for o in "$top"/e2e/k8s/overlays/*/; do
   [ "$(basename "$o")" = multus ] && continue
