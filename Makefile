@@ -76,7 +76,7 @@ manifests:
 unit: lint
 	PROMTOOL="$${PROMTOOL:-$$(scripts/promtool.sh)}" $(GO) test -count=1 -vet=off ./...
 	@if [ -f conf/go.mod ]; then cd conf && $(GO) test -count=1 -vet=off ./...; fi
-	cd e2e/k8s && $(GO) test -count=1 -vet=off ./cluster/... ./deviceplugin/...
+	cd e2e/k8s && $(GO) test -count=1 -vet=off ./cluster/... ./deviceplugin/... ./node/...
 
 payload:
 	rm -rf $(PAYLOAD)
@@ -183,14 +183,23 @@ K8S_NODES_TESTS = ^TestTwoNodes$$
 e2e-k8s-nodes: k8s-payload
 	@$(if $(K8S_PREBUILD_OLDEST),$(OLDEST_WAIT); )$(call K8S_PAIR,-test.run $(K8S_NODES_TESTS),$(OUT)/k8s-nodes)
 
+## K8S_PAIR_OPTS: vm-pair.sh's options for both nodes of the two-node
+## rig, empty by default (one link, the rig's ARP settings): --rails N
+## (1 or 2 with the rig's 3 NICs) puts eth1..ethN of the two nodes on
+## links of their own, UDP ports K8S_LINK_PORT+2 to K8S_LINK_PORT+2N+1
+## (rail-optimized), --arp-defaults leaves the nodes' and pods'
+## arp_ignore/arp_announce at the kernel's 0/0 (scripts/README.md), e.g.
+## make e2e-k8s-nodes K8S_PAIR_OPTS='--rails 2'.
+K8S_PAIR_OPTS ?=
+
 # K8S_PAIR is the two-node rig in a recipe, for e2e-k8s-nodes, bench-nodes
 # and demo: $(call K8S_PAIR,FLAGS,DIR[,OPTIONS]) has node 1 run k8s.test
-# with FLAGS after its own, and vm-pair.sh (with OPTIONS) write both
-# consoles in DIR.
+# with FLAGS after its own, and vm-pair.sh (with K8S_PAIR_OPTS, then
+# OPTIONS) write both consoles in DIR.
 K8S_PAIR = set -e; $(K8S_ENV); \
 	rm -f $(K8S_NODE2_DISK); truncate -s 4G $(K8S_NODE2_DISK); mkfs.ext4 -q -F $(K8S_NODE2_DISK); \
 	a="$(K8S_VM_ARGS) --nics 3 --timeout 1800"; \
-	$(K8S_CONTROL_PLANE) -nodes 2 -- scripts/vm-pair.sh --again 75 $(3) $(2) $(K8S_LINK_PORT) \
+	$(K8S_CONTROL_PLANE) -nodes 2 -- scripts/vm-pair.sh --again 75 $(K8S_PAIR_OPTS) $(3) $(2) $(K8S_LINK_PORT) \
 	  "$$a -- 'k8s.test $(E2E_FLAGS) -k8s.nodes 2 $(1)'" \
 	  "$$a --disk $(K8S_NODE2_DISK) -- 'k8s.test $(E2E_FLAGS) -k8s.nodes 2 -k8s.boot join'"
 

@@ -4,9 +4,18 @@
 # PORT+1). Used by scripts/e2e-link.sh (two kernels, RDMA between them) and
 # make e2e-k8s's two-node cluster.
 #
-# Usage: vm-pair.sh [--again STATUS] [--follow] OUT_DIR PORT 'ARGS1' 'ARGS2' ['ARGS2_AGAIN']
+# Usage: vm-pair.sh [--again STATUS] [--follow] [--rails N] [--arp-defaults]
+#                   OUT_DIR PORT 'ARGS1' 'ARGS2' ['ARGS2_AGAIN']
 #   ARGSn: vm-run.sh's options and `-- CMD` for node n, one shell word list
-#          (evaluated: quote CMD inside it), without --node and --link.
+#          (evaluated: quote CMD inside it), without --node, --link, --rails
+#          and --arp-defaults (this script gives them to both nodes).
+#   --rails N: vm-run.sh --rails N on both nodes, every boot: NIC k (ethk,
+#          k = 1..N) of node 1 and NIC k of node 2 on a link of their own,
+#          UDP ports PORT+2k and PORT+2k+1; the pair then takes the ports
+#          PORT..PORT+2N+1. ARGSn's --nics must exceed N.
+#   --arp-defaults: vm-run.sh --arp-defaults on both nodes, every boot: the
+#          nodes' (and so their pods') arp_ignore/arp_announce stay at the
+#          kernel's 0/0, as on a real node.
 #   --again STATUS, ARGS2_AGAIN: when node 2's VM exits with STATUS (its
 #          guest command asked for a reboot), it boots again with
 #          ARGS2_AGAIN (its --disk: the same node), as often as it asks.
@@ -22,16 +31,23 @@
 set -euo pipefail
 
 SCRIPTS_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-again="" follow=""
+again="" follow="" rails=0
+# Options both nodes' vm-run.sh get, on every boot (node 2's reboots too).
+both=()
 while :; do
   case "${1:-}" in
     --again) again=${2:?--again STATUS}; shift 2 ;;
     --follow) follow=1; shift ;;
+    --rails) rails=${2:?--rails N}; both+=(--rails "$rails"); shift 2 ;;
+    --arp-defaults) both+=(--arp-defaults); shift ;;
+    -*) echo "vm-pair.sh: unknown option $1 (vm-run.sh's go into ARGS1/ARGS2)" >&2; sed -n '7,24p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
     *) break ;;
   esac
 done
-out=${1:?usage: vm-pair.sh [--again STATUS] OUT_DIR PORT ARGS1 ARGS2 [ARGS2_AGAIN]}
+out=${1:?usage: vm-pair.sh [--again STATUS] [--follow] [--rails N] [--arp-defaults] OUT_DIR PORT ARGS1 ARGS2 [ARGS2_AGAIN]}
 port=${2:?PORT}
+[[ "$port" =~ ^[0-9]+$ ]] || { echo "vm-pair.sh: PORT must be a UDP port number, not $port" >&2; exit 2; }
+[[ "$rails" =~ ^[0-9]+$ ]] || { echo "vm-pair.sh: --rails takes a number of rails, not $rails" >&2; exit 2; }
 args1=${3:?ARGS1}
 args2=${4:?ARGS2}
 args2_again=${5:-$args2}
@@ -44,7 +60,7 @@ log() { printf '[vm-pair] %s\n' "$*" >&2; }
 vm() {
   local node=$1 link=$2 args=$3
   eval "set -- $args"
-  setsid "$SCRIPTS_DIR/vm-run.sh" --node "$node" --link "127.0.0.1:$link" "$@" >> "$out/node$node.log" 2>&1 &
+  setsid "$SCRIPTS_DIR/vm-run.sh" --node "$node" --link "127.0.0.1:$link" ${both[@]+"${both[@]}"} "$@" >> "$out/node$node.log" 2>&1 &
 }
 
 declare -A pid=()
@@ -67,7 +83,7 @@ trap 'stop 1 2' EXIT
 link1="$port:$((port + 1))" link2="$((port + 1)):$port"
 start=$(date +%s)
 : > "$out/node1.log"; : > "$out/node2.log"
-log "booting node 1 and node 2 on a link over 127.0.0.1:$port-$((port + 1)) (UDP); consoles in $out/node{1,2}.log"
+log "booting node 1 and node 2 on a link over 127.0.0.1:$port-$((port + 1 + 2 * rails)) (UDP$([ "$rails" = 0 ] || echo ", $rails rails of their own")$([[ " ${both[*]-} " != *" --arp-defaults "* ]] || echo ", ARP at the kernel's defaults")); consoles in $out/node{1,2}.log"
 vm 1 "$link1" "$args1"; pid[1]=$!
 vm 2 "$link2" "$args2"; pid[2]=$!
 # tail ends after node 1's VM (--pid), having printed what is left.

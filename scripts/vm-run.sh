@@ -7,8 +7,8 @@
 #   vm-run.sh [--netns-mode exclusive|shared] [--nics N] [--payload DIR]
 #             [--timeout SECS] [--memory MB] [--log FILE]
 #             [--k8s-api PORT [--kubelet-port PORT]] [--disk FILE] [--no-rxe]
-#             [--node N] [--link ADDR:PORT:PEER_PORT]
-#             -- CMD [ARGS...]
+#             [--node N] [--link ADDR:PORT:PEER_PORT [--rails N]]
+#             [--arp-defaults] -- CMD [ARGS...]
 #
 # --k8s-api PORT adds a user-mode NIC on which the guest reaches exactly one
 # address, 10.0.2.100:6443, forwarded to the host's 127.0.0.1:PORT (the e2e
@@ -28,6 +28,15 @@
 # to ADDR:PEER_PORT (ADDR on the loopback, 127.0.0.0/8), the other VM
 # started with the two ports swapped, in any order. Both VMs' NICs are then
 # on one L2 segment, so the two need distinct --node (required with --link).
+#
+# --rails N (1..NICS-1, with --link) is the rail-optimized layout: test NIC
+# k (ethk in the guest, k = 1..N) gets a segment of its own with NIC k of
+# the peer, as one switch per rail gives, over UDP from ADDR:PORT+2k to
+# ADDR:PEER_PORT+2k (the peer swaps them as it swaps PORT and PEER_PORT);
+# eth0 and the NICs after ethN stay on the base link. VM_RAILS=N in the
+# guest. --arp-defaults leaves arp_ignore/arp_announce at the kernel's 0/0
+# (the guest's pods inherit them) where --link otherwise sets 1/2: for tests
+# that must meet a real node's defaults. See scripts/README.md.
 #
 # CMD and ARGS are joined with spaces and run by the guest's `sh -c` (like
 # ssh does), so both `-- /payload/test.sh -v` and `-- 'a && b'` work.
@@ -51,13 +60,15 @@ RXE=1
 NODE=1
 NODE_SET=0
 LINK=""
+RAILS=0
+ARP_DEFAULTS=0
 # What a node keeps across a reboot and the guest keeps on --disk: the
 # runtime's and kubelet's state, the CNI and NRI plugins and their
 # configuration, the CNI state (IPAM, rdma-netns's records) and the logs.
 # /run, /tmp and every network namespace start empty on each boot.
 DISK_DIRS="/var/lib/kubelet /var/lib/containerd /var/lib/cni /var/log /opt/cni/bin /opt/nri /etc/cni /etc/nri"
 
-usage() { sed -n '2,35p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,45p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 log() { printf '[vm-run] %s\n' "$*" >&2; }
 die() { printf '[vm-run] ERROR: %s\n' "$*" >&2; exit 125; }
 
@@ -75,6 +86,8 @@ while [ $# -gt 0 ]; do
     --no-rxe) RXE=0; shift ;;
     --node) NODE=${2:?}; NODE_SET=1; shift 2 ;;
     --link) LINK=${2:?}; shift 2 ;;
+    --rails) RAILS=${2:?}; shift 2 ;;
+    --arp-defaults) ARP_DEFAULTS=1; shift ;;
     --) shift; break ;;
     -h|--help) usage ;;
     *) echo "vm-run.sh: unknown option $1" >&2; usage ;;
@@ -99,6 +112,37 @@ if [ -n "$LINK" ]; then
   LINK_ADDR=${BASH_REMATCH[1]} LINK_PORT=${BASH_REMATCH[2]} LINK_PEER_PORT=${BASH_REMATCH[3]}
   # Two VMs with the same --node would have the same MACs on one link.
   [ "$NODE_SET" = 1 ] || die "--link needs --node: each VM on a link needs its own (1 and 2)"
+fi
+# --rails: NIC k (1..N) on a segment of its own; eth0 keeps the base link
+# (the nodes' management addresses), so at least one NIC is left to it.
+if [ "$RAILS" != 0 ]; then
+  [ -n "$LINK" ] || die "--rails needs --link: a rail is a link of its own to the peer VM"
+  [[ "$RAILS" =~ ^[0-9]+$ ]] && [ "$RAILS" -ge 1 ] && [ "$RAILS" -lt "$NICS" ] ||
+    die "--rails must be 1..$((NICS - 1)) with --nics $NICS (eth0 stays on the base link): raise --nics or lower --rails"
+  # Rail k's ports are PORT+2k (local) and PEER_PORT+2k (the peer's): with
+  # the peer's PORT and PEER_PORT swapped, its rail k is the same pair the
+  # other way. The two VMs' sockets must all differ, which holds when
+  # PEER_PORT - PORT is odd (vm-pair.sh: PORT+1) or larger than 2N.
+  declare -A seen=()
+  for ((k = 0; k <= RAILS; k++)); do
+    for p in $((LINK_PORT + 2 * k)) $((LINK_PEER_PORT + 2 * k)); do
+      [ "$p" -le 65535 ] || die "--rails $RAILS needs UDP ports up to $p from --link $LINK: take a lower PORT"
+      [ -z "${seen[$p]:-}" ] || die "--rails $RAILS with --link $LINK: UDP port $p would serve two sockets (rail k uses PORT+2k here, PEER_PORT+2k on the peer): take PEER_PORT = PORT+1, as vm-pair.sh does"
+      seen[$p]=1
+    done
+  done
+  unset seen
+fi
+# The link's local ports must be free: QEMU's own bind error would only
+# show in the console, and another pair's VM on them would cross links.
+if [ -n "$LINK" ] && command -v ss >/dev/null; then
+  for ((k = 0; k <= RAILS; k++)); do
+    p=$((LINK_PORT + 2 * k))
+    if ss -Hnul "sport = :$p" | awk -v a="$LINK_ADDR:$p" -v p=":$p" '$4 == a || $4 == "0.0.0.0" p || $4 == "*" p || $4 == "[::]" p { f = 1 } END { exit !f }'; then
+      what="--link $LINK"; [ "$k" = 0 ] || what+=", rail $k"
+      die "UDP port $LINK_ADDR:$p ($what) is in use (see ss -ulnp 'sport = :$p'; another VM pair?): stop its user or take another PORT"
+    fi
+  done
 fi
 # The user-mode NIC's PCI slot: after the last test NIC's (3 + 28 - 1).
 HOSTNET_PCI=0000:00:1f.0
@@ -133,6 +177,8 @@ fi
   printf 'VM_RXE=%s\n' "$RXE"
   printf 'VM_NODE=%s\n' "$NODE"
   [ -z "$LINK" ] || printf 'VM_LINK=%s\n' "$LINK"
+  [ "$RAILS" = 0 ] || printf 'VM_RAILS=%s\n' "$RAILS"
+  [ "$ARP_DEFAULTS" = 0 ] || printf 'VM_ARP_DEFAULTS=1\n'
 } > "$STAGE/etc/vm.conf"
 printf '%s\n' "$*" > "$STAGE/etc/vm-cmd"
 # A node with a disk boots as a real one: exclusive mode from ib_core's
@@ -228,12 +274,17 @@ fi
 $IP link set lo up
 
 # --link: the NICs share one L2 segment with the peer VM's (and with each
-# other, through the hub). By default Linux answers ARP for any of its
-# addresses on every NIC, so the peer could learn another NIC's MAC for an
-# address and its RoCE packets would reach the wrong rxe device. Answer
+# other, through the hub; with --rails, eth0 and the NICs after the rails
+# only, each rail being a segment of its own). By default Linux answers
+# ARP for any of its addresses on every NIC, so the peer could learn
+# another NIC's MAC for an address and its RoCE packets would reach the
+# wrong rxe device. Answer
 # only on the NIC holding the address, and announce from it, as multi-NIC
-# RoCE hosts on one subnet are configured.
-if [ -n "${VM_LINK:-}" ]; then
+# RoCE hosts on one subnet are configured. --arp-defaults (VM_ARP_DEFAULTS)
+# keeps the kernel's 0/0: a new netns copies IPv4's all/default settings
+# from this one, so the pods would otherwise never meet the defaults a real
+# node's pods get.
+if [ -n "${VM_LINK:-}" ] && [ "${VM_ARP_DEFAULTS:-0}" != 1 ]; then
   echo 1 > /proc/sys/net/ipv4/conf/all/arp_ignore || fail "arp_ignore"
   echo 2 > /proc/sys/net/ipv4/conf/all/arp_announce || fail "arp_announce"
 fi
@@ -335,10 +386,13 @@ mac() { printf '52:54:00:12:%02x:%02x' $((0x33 + NODE)) $((0x56 + $1)); }
 # bridges; 2 is left free), so names derived from PCI addresses are stable:
 # with 9 NICs the last one is 0000:00:0b.0 -> rocep0s11. All NICs sit on one
 # qemu hub; without --link it has no backend and no traffic leaves the VM.
-# romfile= skips the iPXE option ROM we never boot from.
+# With --rails N, NIC k (1..N) sits on hub k instead, alone with its rail's
+# link below. romfile= skips the iPXE option ROM we never boot from.
 NIC_ARGS=()
 for ((i = 0; i < NICS; i++)); do
-  NIC_ARGS+=(-netdev "hubport,hubid=0,id=n$i"
+  hub=0
+  [ "$i" -lt 1 ] || [ "$i" -gt "$RAILS" ] || hub=$i
+  NIC_ARGS+=(-netdev "hubport,hubid=$hub,id=n$i"
              -device "virtio-net-pci,netdev=n$i,mac=$(mac "$i"),addr=$(printf '0x%x' $((3 + i))),romfile=")
 done
 
@@ -347,10 +401,27 @@ done
 # took 23-25 ms a round trip against 0.4-1.8 ms over UDP (scripts/README.md),
 # and its client connects once, at start, so the VMs had to start in order.
 # Frames sent before the peer is up are lost, as on a cable.
+# --rails: hub k's port to the outside is a socket of its own (ports
+# PORT+2k and PEER_PORT+2k, checked above), so each rail is a segment of
+# its own between the two VMs, as a rail-optimized fabric's switch per rail.
+LAYOUT=""   # for the boot line
 if [ -n "$LINK" ]; then
-  NIC_ARGS+=(-netdev "dgram,id=link,local.type=inet,local.host=$LINK_ADDR,local.port=$LINK_PORT,remote.type=inet,remote.host=$LINK_ADDR,remote.port=$LINK_PEER_PORT"
-             -netdev "hubport,hubid=0,id=linkport,netdev=link")
+  LAYOUT=", link $LINK"
+  if [ "$RAILS" != 0 ]; then
+    base=eth0
+    [ "$NICS" -le $((RAILS + 1)) ] || base+=",eth$((RAILS + 1))"
+    [ "$NICS" -le $((RAILS + 2)) ] || base+="-eth$((NICS - 1))"
+    LAYOUT+=" ($base)"
+  fi
+  for ((k = 0; k <= RAILS; k++)); do
+    id="link"; [ "$k" = 0 ] || id="rail$k"
+    lp=$((LINK_PORT + 2 * k)) rp=$((LINK_PEER_PORT + 2 * k))
+    NIC_ARGS+=(-netdev "dgram,id=$id,local.type=inet,local.host=$LINK_ADDR,local.port=$lp,remote.type=inet,remote.host=$LINK_ADDR,remote.port=$rp"
+               -netdev "hubport,hubid=$k,id=${id}port,netdev=$id")
+    [ "$k" = 0 ] || LAYOUT+=", rail $k (eth$k) $lp:$rp"
+  done
 fi
+[ "$ARP_DEFAULTS" = 0 ] || LAYOUT+=", ARP at the kernel's defaults"
 
 # --k8s-api: QEMU user-mode networking restricted to explicit forwards;
 # each node's kubelet port from an address of its own (the cluster names
@@ -371,7 +442,7 @@ if [ -n "$DISK" ]; then
 fi
 
 LOG="$WORK/console.log"
-log "booting $VM_ABI ($VM_KVER) under TCG: node $NODE, $NICS NICs$([ "$RXE" = 1 ] || echo ' (no rxe)'), netns $NETNS_MODE${DISK:+, disk $DISK}${LINK:+, link $LINK}, timeout ${TIMEOUT}s"
+log "booting $VM_ABI ($VM_KVER) under TCG: node $NODE, $NICS NICs$([ "$RXE" = 1 ] || echo ' (no rxe)'), netns $NETNS_MODE${DISK:+, disk $DISK}$LAYOUT, timeout ${TIMEOUT}s"
 start=$(date +%s)
 set +e
 # TCG, not KVM: KVM guests hang on this kind of host. panic=-1 plus -no-reboot

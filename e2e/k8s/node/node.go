@@ -52,21 +52,58 @@ var (
 	ClusterSubnet = fmt.Sprintf("10.244.%d.0/24", Number-1)
 )
 
-// vmNode reads VM_NODE from the guest's /etc/vm.conf (1 when absent, as
-// vm-run.sh's default).
-func vmNode() int {
-	data, err := os.ReadFile("/etc/vm.conf")
-	if err != nil {
-		return 1
+// The two-node rig's layout (vm-run.sh --rails and --arp-defaults,
+// scripts/README.md). Rails is how many test NICs are rails of their own:
+// eth1..ethRails, NIC k on a link of its own with the peer node's NIC k
+// (rail-optimized, one segment per rail); eth0 (the management addresses)
+// and the NICs after the rails share the base link. 0 without --rails:
+// every test NIC on one segment. ARPDefaults says the node's
+// arp_ignore/arp_announce, and so its pods', were left at the kernel's
+// 0/0 (a real node's defaults); otherwise a node on a link has 1/2.
+var (
+	Rails       = vmConfInt(vmConf, "VM_RAILS", 0, 0)
+	ARPDefaults = vmConfValue(vmConf, "VM_ARP_DEFAULTS") == "1"
+)
+
+// RailNetdevs are the rails' netdevs in the node's netns at boot, rail 1
+// first (empty without --rails).
+func RailNetdevs() []string {
+	var nds []string
+	for k := 1; k <= Rails; k++ {
+		nds = append(nds, fmt.Sprintf("eth%d", k))
 	}
-	for _, l := range strings.Split(string(data), "\n") {
-		if v, ok := strings.CutPrefix(l, "VM_NODE="); ok {
-			if n, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && n >= 1 {
-				return n
-			}
+	return nds
+}
+
+// vmConf is the guest's /etc/vm.conf, written by vm-run.sh ("" outside
+// the test VM).
+var vmConf = func() string {
+	data, _ := os.ReadFile("/etc/vm.conf")
+	return string(data)
+}()
+
+// vmNode reads VM_NODE (1 when absent, as vm-run.sh's default).
+func vmNode() int { return vmConfInt(vmConf, "VM_NODE", 1, 1) }
+
+// vmConfValue is key's value in conf (KEY=VALUE lines, shell syntax as
+// vm-run.sh writes them: double quotes around a value with spaces), ""
+// when absent.
+func vmConfValue(conf, key string) string {
+	for _, l := range strings.Split(conf, "\n") {
+		if v, ok := strings.CutPrefix(l, key+"="); ok {
+			return strings.Trim(strings.TrimSpace(v), `"`)
 		}
 	}
-	return 1
+	return ""
+}
+
+// vmConfInt is key's value in conf as a number no less than least, def when
+// absent or not such a number.
+func vmConfInt(conf, key string, least, def int) int {
+	if n, err := strconv.Atoi(vmConfValue(conf, key)); err == nil && n >= least {
+		return n
+	}
+	return def
 }
 
 // UsernsHandler is the node's runtime handler for user-namespaced pods
