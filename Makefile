@@ -183,14 +183,18 @@ K8S_NODES_TESTS = ^TestTwoNodes$$
 e2e-k8s-nodes: k8s-payload
 	@$(if $(K8S_PREBUILD_OLDEST),$(OLDEST_WAIT); )$(call K8S_PAIR,-test.run $(K8S_NODES_TESTS),$(OUT)/k8s-nodes)
 
-## K8S_PAIR_OPTS: vm-pair.sh's options for both nodes of the two-node
-## rig, empty by default (one link, the rig's ARP settings): --rails N
-## (1 or 2 with the rig's 3 NICs) puts eth1..ethN of the two nodes on
-## links of their own, UDP ports K8S_LINK_PORT+2 to K8S_LINK_PORT+2N+1
-## (rail-optimized), --arp-defaults leaves the nodes' and pods'
-## arp_ignore/arp_announce at the kernel's 0/0 (scripts/README.md), e.g.
-## make e2e-k8s-nodes K8S_PAIR_OPTS='--rails 2'.
-K8S_PAIR_OPTS ?=
+## K8S_PAIR_NICS, K8S_PAIR_OPTS: each node's NICs and vm-pair.sh's
+## options for both nodes of the two-node rig. TestTwoNodes's rails
+## (e2e/k8s/rails_test.go) need both of the fabrics' layouts at once:
+## --rails 2 puts eth1 and eth2 of the two nodes on links of their own,
+## UDP ports K8S_LINK_PORT+2 to K8S_LINK_PORT+5 (rail-optimized: a
+## "switch" per rail), eth3 and eth4 stay on the one shared segment with
+## eth0; --arp-defaults leaves the nodes' and so the pods'
+## arp_ignore/arp_announce at the kernel's 0/0, as a real node's pods
+## get them (scripts/README.md). K8S_PAIR_OPTS= gives the rig of one
+## link and its own ARP settings.
+K8S_PAIR_NICS ?= 5
+K8S_PAIR_OPTS ?= --rails 2 --arp-defaults
 
 # K8S_PAIR is the two-node rig in a recipe, for e2e-k8s-nodes, bench-nodes
 # and demo: $(call K8S_PAIR,FLAGS,DIR[,OPTIONS]) has node 1 run k8s.test
@@ -198,7 +202,7 @@ K8S_PAIR_OPTS ?=
 # OPTIONS) write both consoles in DIR.
 K8S_PAIR = set -e; $(K8S_ENV); \
 	rm -f $(K8S_NODE2_DISK); truncate -s 4G $(K8S_NODE2_DISK); mkfs.ext4 -q -F $(K8S_NODE2_DISK); \
-	a="$(K8S_VM_ARGS) --nics 3 --timeout 1800"; \
+	a="$(K8S_VM_ARGS) --nics $(K8S_PAIR_NICS) --timeout 1800"; \
 	$(K8S_CONTROL_PLANE) -nodes 2 -- scripts/vm-pair.sh --again 75 $(K8S_PAIR_OPTS) $(3) $(2) $(K8S_LINK_PORT) \
 	  "$$a -- 'k8s.test $(E2E_FLAGS) -k8s.nodes 2 $(1)'" \
 	  "$$a --disk $(K8S_NODE2_DISK) -- 'k8s.test $(E2E_FLAGS) -k8s.nodes 2 -k8s.boot join'"

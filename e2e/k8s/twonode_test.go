@@ -362,8 +362,9 @@ func stopSpanWorkers(t *testing.T, workers []spanWorker) {
 	}
 }
 
-// One job's life across two nodes, as users run it: two unprivileged pods,
-// one per node, on one NAD; each node's device moves into its pod under
+// One job's life across two nodes, as users run it: first its pods with
+// several rails each, in both fabric layouts (rails_test.go); then two
+// unprivileged pods, one per node, on one NAD; each node's device moves into its pod under
 // the NAD's rdmaDevName. RDMA flows between the pods both ways across the
 // link (perftest), an MPI allreduce runs over it (mpi_test.go), a node
 // reboots in the middle of a job, and the rerun passes. Deleted, both
@@ -374,6 +375,7 @@ func TestTwoNodes(t *testing.T) {
 		t.Skip("one node: make e2e-k8s-nodes's two-node boot runs this (-k8s.nodes 2)")
 	}
 	before := waitJoined(t, 2, "")
+	t.Run("rails", railsJob)
 	importMPIImage(t)
 	applyManifest(t, "nad-renamed")
 	createMPISecret(t)
