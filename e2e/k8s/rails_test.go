@@ -18,7 +18,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -178,8 +177,8 @@ func (ws railWorkers) flushNeighbours(t *testing.T) {
 	t.Helper()
 	for _, w := range ws.pods {
 		for k := range ws.rails {
-			if _, stderr, err := execIn(t, workersNS, w.name, "worker", "ip", "neigh", "flush", "dev", ifname(k)); err != nil {
-				t.Fatalf("%s: ip neigh flush dev %s: %v\n%s", w.name, ifname(k), err, stderr)
+			if _, stderr, err := execIn(t, workersNS, w.name, "worker", "busybox", "ip", "neigh", "flush", "dev", ifname(k)); err != nil {
+				t.Fatalf("%s: busybox ip neigh flush dev %s: %v\n%s", w.name, ifname(k), err, stderr)
 			}
 		}
 	}
@@ -197,30 +196,51 @@ type railRun struct {
 // mtuLine is the RoCE MTU perftest reports it used.
 var mtuLine = regexp.MustCompile(`Mtu\s*:\s*(\d+)\s*\[B\]`)
 
-// round runs ib_write_bw on every rail at once from cli into srv (each
-// opening its rail's device by its name, each on a TCP port of its own)
-// within limit, and returns each rail's run. A run may fail (a stream
-// whose packets go to another NIC retries until it gives up).
+// round runs ib_write_bw on every rail at once from cli into srv, each
+// run opening its rail's device by its name, on a TCP port of its own,
+// and stopped after limit, and returns each rail's run (one may fail: a
+// stream whose packets go to another NIC retries until it gives up, or
+// stalls). Each side's runs start from one exec (`sh -c`), the servers
+// checked listening by one exec at a time: an exec costs seconds of the
+// emulated node's CPU, and one per run and poll starved the runs.
 func (ws railWorkers) round(t *testing.T, n int, srv, cli spanWorker, limit time.Duration) []railRun {
 	t.Helper()
 	srvBefore, cliBefore := ws.counters(t, srv), ws.counters(t, cli)
-	runs := make([]railRun, len(ws.rails))
-	c, cancel := context.WithTimeout(ctx(t), limit)
-	defer cancel()
-	var wg sync.WaitGroup
+	secs := int(limit / time.Second)
+	var srvRuns, cliRuns [][]string
+	var ports []int
 	for k, r := range ws.rails {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			// A port per rail and round: a server a failed run left
-			// behind still holds its own.
-			port := 18515 + 10*n + k
-			s := rig.Peer{Run: execRunner(workersNS, srv.name, "worker"), Dev: r.name, IP: r.ip(srv.node), Port: port}
-			cl := rig.Peer{Run: execRunner(workersNS, cli.name, "worker"), Dev: r.name, IP: r.ip(cli.node)}
-			runs[k].bw, runs[k].err = writeBWOnce(c, s, cl)
-		}()
+		// A port per rail and round: a server a failed run left
+		// behind still holds its own.
+		port := 18515 + 10*n + k
+		ports = append(ports, port)
+		p := []string{"-p", strconv.Itoa(port)}
+		srvRuns = append(srvRuns, append(rig.WriteBWArgs(r.name, railSize, railIters, ""), p...))
+		cliRuns = append(cliRuns, append(rig.WriteBWArgs(r.name, railSize, railIters, r.ip(srv.node)), p...))
 	}
-	wg.Wait()
+	c, cancel := context.WithTimeout(ctx(t), limit+2*time.Minute)
+	defer cancel()
+	srvDone := make(chan string, 1)
+	go func() {
+		o, e, _ := execCtx(c, workersNS, srv.name, "worker", "sh", "-c", inParallel(srvRuns, secs+15))
+		srvDone <- o + e
+	}()
+	runs := make([]railRun, len(ws.rails))
+	if err := waitListening(c, srv, ports); err != nil {
+		for k := range runs {
+			runs[k].err = err
+		}
+	} else {
+		o, e, err := execCtx(c, workersNS, cli.name, "worker", "sh", "-c", inParallel(cliRuns, secs))
+		cliOut := perRun(o+e, len(ws.rails))
+		srvOut := perRun(<-srvDone, len(ws.rails))
+		for k := range runs {
+			runs[k].bw, runs[k].err = parseRun(cliOut[k], srvOut[k])
+			if err != nil && runs[k].err == nil {
+				runs[k].err = err
+			}
+		}
+	}
 	srvAfter, cliAfter := ws.counters(t, srv), ws.counters(t, cli)
 	for k := range ws.rails {
 		mtu := 1024
@@ -233,26 +253,68 @@ func (ws railWorkers) round(t *testing.T, n int, srv, cli spanWorker, limit time
 	return runs
 }
 
-// writeBWOnce is one ib_write_bw run from cli into srv, not repeated on a
-// failed clock calibration as rig.WriteBWBetween does: a repeat would
-// double the rail's counters, which are what the rails check, and every
-// packet went out whatever the calibration gave.
-func writeBWOnce(c context.Context, srv, cli rig.Peer) (rig.WriteBW, error) {
-	port := []string{"-p", strconv.Itoa(srv.Port)}
-	wait, err := rig.Serve(c, srv, append(rig.WriteBWArgs(srv.Dev, railSize, railIters, ""), port...))
-	if err != nil {
-		return rig.WriteBW{}, err
+// inParallel is a shell script that runs every argv at once, each under
+// busybox's timeout (secs), and then prints each one's output and exit
+// status after a line "@@run K". The outputs wait in /dev/shm, which
+// every container has writable (the tools image has no /tmp).
+func inParallel(argvs [][]string, secs int) string {
+	var b strings.Builder
+	for k, argv := range argvs {
+		fmt.Fprintf(&b, "( busybox timeout %d %s; echo \"@@status $?\" ) > /dev/shm/rails-run-%d 2>&1 &\n", secs, strings.Join(argv, " "), k)
 	}
-	co, ce, cerr := cli.Run(c, rig.VerbsTimeout, append(rig.WriteBWArgs(cli.Dev, railSize, railIters, srv.IP), port...)...)
-	sout, serr := wait()
-	if cerr != nil || serr != nil {
-		return rig.WriteBW{}, fmt.Errorf("ib_write_bw: client: %v\n%s%s\nserver: %v\n%s", cerr, co, ce, serr, sout)
+	b.WriteString("wait\n")
+	for k := range argvs {
+		fmt.Fprintf(&b, "echo '@@run %d'; cat /dev/shm/rails-run-%d\n", k, k)
 	}
-	bw, err := rig.ParseWriteBW(co + ce)
+	return b.String()
+}
+
+// perRun splits inParallel's output into each run's.
+func perRun(out string, n int) []string {
+	runs := make([]string, n)
+	for _, part := range strings.Split(out, "@@run ")[1:] {
+		num, rest, _ := strings.Cut(part, "\n")
+		if k, err := strconv.Atoi(strings.TrimSpace(num)); err == nil && k < n {
+			runs[k] = rest
+		}
+	}
+	return runs
+}
+
+// parseRun reads one rail's ib_write_bw client and server output.
+func parseRun(cli, srv string) (rig.WriteBW, error) {
+	if !strings.Contains(cli, "@@status 0") || !strings.Contains(srv, "@@status 0") {
+		return rig.WriteBW{Output: cli}, fmt.Errorf("ib_write_bw did not complete: client:\n%s\nserver:\n%s", cli, srv)
+	}
+	bw, err := rig.ParseWriteBW(cli)
 	if err == nil && bw.Iters != railIters {
-		err = fmt.Errorf("ib_write_bw: %d iterations, want %d:\n%s%s", bw.Iters, railIters, co, ce)
+		err = fmt.Errorf("ib_write_bw: %d iterations, want %d:\n%s", bw.Iters, railIters, cli)
 	}
 	return bw, err
+}
+
+// waitListening waits until a server listens on every one of ports in
+// w's pod.
+func waitListening(c context.Context, w spanWorker, ports []int) error {
+	var last string
+	for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline); time.Sleep(time.Second) {
+		tcp, _, err := execCtx(c, workersNS, w.name, "worker", "cat", "/proc/net/tcp", "/proc/net/tcp6")
+		if err != nil {
+			last = err.Error()
+			continue
+		}
+		var missing []string
+		for _, p := range ports {
+			if !regexp.MustCompile(fmt.Sprintf(`:%04X 0+:0000 0A`, p)).MatchString(tcp) {
+				missing = append(missing, strconv.Itoa(p))
+			}
+		}
+		if len(missing) == 0 {
+			return nil
+		}
+		last = "not listening on " + strings.Join(missing, ", ")
+	}
+	return fmt.Errorf("ib_write_bw servers in %s: %s after 90s", w.name, last)
 }
 
 // describe is a rail's run in one line.
@@ -331,7 +393,7 @@ func (ws railWorkers) crossedNeighbours(t *testing.T, srv, cli spanWorker) []str
 		macs[r.ip(srv.node)] = mac
 		owner[mac] = ifname(k)
 	}
-	out, _, err := execIn(t, workersNS, cli.name, "worker", "ip", "neigh", "show")
+	out, _, err := execIn(t, workersNS, cli.name, "worker", "busybox", "ip", "neigh", "show")
 	if err != nil {
 		return nil
 	}

@@ -7,7 +7,6 @@ package rig
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -24,18 +23,6 @@ type Peer struct {
 	Run Runner
 	Dev string
 	IP  string
-	// Port is the TCP port the tools exchange QP numbers on (perftest's
-	// -p), 0 for their default, 18515: several runs at once between one
-	// pair of pods (one per rail) each need a port of their own.
-	Port int
-}
-
-// port is the TCP port p's tools exchange QP numbers on.
-func (p Peer) port() int {
-	if p.Port == 0 {
-		return defaultPort
-	}
-	return p.Port
 }
 
 // VerbsTimeout bounds one side of a verbs tool run under the VM's
@@ -43,8 +30,8 @@ func (p Peer) port() int {
 const VerbsTimeout = 2 * time.Minute
 
 // Serve starts the server side of a verbs tool and returns once it listens
-// on p's TCP port (both tools exchange QP numbers there first); wait
-// returns the server's output once it has exited.
+// on TCP 18515 (both tools exchange QP numbers there first); wait returns
+// the server's output once it has exited.
 func Serve(ctx context.Context, p Peer, argv []string) (wait func() (string, error), err error) {
 	var wg sync.WaitGroup
 	var out string
@@ -62,14 +49,14 @@ func Serve(ctx context.Context, p Peer, argv []string) (wait func() (string, err
 	}
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
 		tcp, _, err := p.Run(ctx, 10*time.Second, "cat", "/proc/net/tcp", "/proc/net/tcp6")
-		if err == nil && listeningOn(p.port()).MatchString(tcp) {
+		if err == nil && listening.MatchString(tcp) {
 			return wait, nil
 		}
 	}
 	// The server never listened: it exited (its error says why) or hangs
 	// until VerbsTimeout.
 	sout, serr := wait()
-	return nil, fmt.Errorf("%s server on %s did not listen on TCP %d within 30s: %v\n%s", argv[0], p.Dev, p.port(), serr, sout)
+	return nil, fmt.Errorf("%s server on %s did not listen on TCP 18515 within 30s: %v\n%s", argv[0], p.Dev, serr, sout)
 }
 
 // PingPongBetween runs ibv_rc_pingpong (RC send/receive, iters round trips
@@ -98,8 +85,7 @@ func PingPongBetween(ctx context.Context, srv, cli Peer, size, iters int) (PingP
 // WriteBWBetween runs ib_write_bw (iters RDMA WRITEs of size bytes) from
 // cli into srv's memory and returns the client's figures.
 func WriteBWBetween(ctx context.Context, srv, cli Peer, size, iters int) (WriteBW, error) {
-	out, err := perftestBetween(ctx, srv, cli, withPort(WriteBWArgs(srv.Dev, size, iters, ""), srv),
-		withPort(WriteBWArgs(cli.Dev, size, iters, srv.IP), srv))
+	out, err := perftestBetween(ctx, srv, cli, WriteBWArgs(srv.Dev, size, iters, ""), WriteBWArgs(cli.Dev, size, iters, srv.IP))
 	if err != nil {
 		return WriteBW{}, err
 	}
@@ -116,8 +102,7 @@ func WriteBWBetween(ctx context.Context, srv, cli Peer, size, iters int) (WriteB
 // SendLatBetween runs ib_send_lat (iters round trips of RC sends of size
 // bytes) between cli and srv and returns the client's figures.
 func SendLatBetween(ctx context.Context, srv, cli Peer, size, iters int) (SendLat, error) {
-	out, err := perftestBetween(ctx, srv, cli, withPort(SendLatArgs(srv.Dev, size, iters, ""), srv),
-		withPort(SendLatArgs(cli.Dev, size, iters, srv.IP), srv))
+	out, err := perftestBetween(ctx, srv, cli, SendLatArgs(srv.Dev, size, iters, ""), SendLatArgs(cli.Dev, size, iters, srv.IP))
 	if err != nil {
 		return SendLat{}, err
 	}
@@ -129,15 +114,6 @@ func SendLatBetween(ctx context.Context, srv, cli Peer, size, iters int) (SendLa
 		return lat, fmt.Errorf("ib_send_lat: %d iterations of %d bytes, want %d of %d:\n%s", lat.Iters, lat.Bytes, iters, size, out)
 	}
 	return lat, nil
-}
-
-// withPort adds perftest's -p for srv's port to a tool's command line,
-// when it is not the default.
-func withPort(argv []string, srv Peer) []string {
-	if srv.Port == 0 {
-		return argv
-	}
-	return append(argv, "-p", strconv.Itoa(srv.Port))
 }
 
 // perftestBetween runs a perftest tool's server in srv and its client in

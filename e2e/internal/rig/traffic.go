@@ -186,19 +186,8 @@ func waitListening(netnsPath string, p *Proc) error {
 	return errors.New("server is not listening on TCP 18515 after 20s")
 }
 
-// defaultPort is the TCP port the verbs tools exchange QP numbers on
-// unless told another (perftest's and ibv_rc_pingpong's -p).
-const defaultPort = 18515
-
-// A /proc/net/tcp{,6} line of a socket listening (state 0A) on the
-// default port.
-var listening = listeningOn(defaultPort)
-
-// listeningOn matches a /proc/net/tcp{,6} line of a socket listening on
-// port.
-func listeningOn(port int) *regexp.Regexp {
-	return regexp.MustCompile(fmt.Sprintf(`:%04X 0+:0000 0A`, port))
-}
+// A /proc/net/tcp{,6} line of a socket listening (state 0A) on port 0x4853.
+var listening = regexp.MustCompile(`:4853 0+:0000 0A`)
 
 // RunPingPong runs ibv_rc_pingpong (RC send/receive, size bytes, iters
 // round trips) between two pods and returns both sides' figures.

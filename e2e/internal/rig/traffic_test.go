@@ -37,24 +37,3 @@ func TestPerftestArgs(t *testing.T) {
 		t.Errorf("WriteBWArgs: %q, want %q", got, want)
 	}
 }
-
-// Runs at once between one pair of pods (one per rail) each use a TCP port
-// of their own: both sides get -p for the server's port, and the server is
-// seen listening on it, not on the default (hex in /proc/net/tcp).
-func TestPerftestPort(t *testing.T) {
-	srv := Peer{Dev: "rdma_r1", IP: "10.99.12.1", Port: 18517}
-	want := "ib_write_bw -d rdma_r1 -x 1 -F -s 65536 -n 200 10.99.12.1 -p 18517"
-	if got := strings.Join(withPort(WriteBWArgs(srv.Dev, 65536, 200, srv.IP), srv), " "); got != want {
-		t.Errorf("client: %q, want %q", got, want)
-	}
-	if got := strings.Join(withPort(WriteBWArgs("rxe1", 65536, 200, ""), Peer{}), " "); strings.Contains(got, "-p") {
-		t.Errorf("default port: %q has -p", got)
-	}
-	line := "   1: 00000000:4855 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1 1 0000000000000000 100 0 0 10 0\n"
-	if !listeningOn(srv.port()).MatchString(line) {
-		t.Errorf("listeningOn(%d) misses %q", srv.port(), line)
-	}
-	if listening.MatchString(line) || listeningOn(Peer{}.port()).MatchString(line) {
-		t.Errorf("the default port's pattern matches port %d's line", srv.port())
-	}
-}
