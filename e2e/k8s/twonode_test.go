@@ -362,8 +362,9 @@ func stopSpanWorkers(t *testing.T, workers []spanWorker) {
 	}
 }
 
-// One job's life across two nodes, as users run it: first its pods with
-// several rails each, in both fabric layouts (rails_test.go); then two
+// One job's life across two nodes, as users run it: first, when the pair
+// booted with the rails' layout, its pods with several rails each, in both
+// fabric layouts (rails_test.go); then two
 // unprivileged pods, one per node, on one NAD; each node's device moves into its pod under
 // the NAD's rdmaDevName. RDMA flows between the pods both ways across the
 // link (perftest), an MPI allreduce runs over it (mpi_test.go), a node
