@@ -216,7 +216,11 @@ func install() error {
 func waitDaemonSetPod(ctx context.Context, image string) (*corev1.Pod, error) {
 	var last string
 	var ready *corev1.Pod
-	err := cririg.Wait(4*time.Minute, "the DaemonSet's pods Ready", func() (bool, error) {
+	// Six minutes: the chart's upgrade replaces the pod while two pods
+	// exchange traffic and the binary is read every 100 ms; its new pod
+	// was Ready 1m51s after helm upgrade returned on a node alone
+	// (2026-11-28), more than 4 minutes beside a second emulated node.
+	err := cririg.Wait(6*time.Minute, "the DaemonSet's pods Ready", func() (bool, error) {
 		pods, err := cs.CoreV1().Pods(dsNamespace).List(ctx, metav1.ListOptions{LabelSelector: dsSelector})
 		if err != nil || len(pods.Items) != *nodes {
 			last = fmt.Sprintf("%d pods, want %d (%v)", len(pods.Items), *nodes, err)
