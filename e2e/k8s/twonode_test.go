@@ -435,7 +435,9 @@ func waitSending(t *testing.T, w spanWorker) {
 		return n
 	}
 	first := read()
-	err := cririg.Wait(time.Minute, w.name+" sending", func() (bool, error) {
+	// Four minutes: mpirun's ssh launch and the ranks' start took more
+	// than one on a slow pair (2026-11-28: the allreduce subtest 207 s).
+	err := cririg.Wait(4*time.Minute, w.name+" sending", func() (bool, error) {
 		return read() > first+100, nil
 	})
 	if err != nil {
