@@ -98,7 +98,9 @@ type rail struct {
 	devIdx int // k of rdma_r<k>
 }
 
-func loadRails(t *testing.T, file string) []rail {
+// mustDecodeFile reads and decodes a manifest file of conf/, failing t
+// when it cannot.
+func mustDecodeFile(t *testing.T, file string) []object {
 	t.Helper()
 	data, err := os.ReadFile(file)
 	if err != nil {
@@ -108,6 +110,12 @@ func loadRails(t *testing.T, file string) []rail {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return objs
+}
+
+func loadRails(t *testing.T, file string) []rail {
+	t.Helper()
+	objs := mustDecodeFile(t, file)
 	var rails []rail
 	for _, o := range objs {
 		nad, ok := o.obj.(*networkAttachmentDefinition)
@@ -118,6 +126,7 @@ func loadRails(t *testing.T, file string) []rail {
 		if err := checkChain(r.conf, nad.Name, ""); err != nil {
 			t.Fatalf("%s: %v", o.where, err)
 		}
+		var err error
 		if r.list, err = libcni.NetworkConfFromBytes(r.conf); err != nil {
 			t.Fatal(err)
 		}
@@ -350,14 +359,7 @@ func checkRailsPod(t *testing.T, file string, rails []rail) {
 // the example, as kubectl would print its NADs.
 func checkRailsDoctor(t *testing.T, file string) {
 	t.Helper()
-	data, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	objs, err := decodeManifests(file, data)
-	if err != nil {
-		t.Fatal(err)
-	}
+	objs := mustDecodeFile(t, file)
 	var items []any
 	for _, o := range objs {
 		nad := o.obj.(*networkAttachmentDefinition)
