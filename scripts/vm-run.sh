@@ -5,7 +5,7 @@
 #
 # Usage:
 #   vm-run.sh [--netns-mode exclusive|shared] [--nics N] [--payload DIR]
-#             [--timeout SECS] [--memory MB] [--log FILE]
+#             [--timeout SECS] [--memory MB] [--cpus N] [--log FILE]
 #             [--k8s-api PORT [--kubelet-port PORT]] [--disk FILE] [--no-rxe]
 #             [--node N] [--link ADDR:PORT:PEER_PORT [--rails N]]
 #             [--arp-defaults] -- CMD [ARGS...]
@@ -38,6 +38,12 @@
 # (the guest's pods inherit them) where --link otherwise sets 1/2: for tests
 # that must meet a real node's defaults. See scripts/README.md.
 #
+# --cpus N (1..4, default 2) is the guest's virtual CPUs. Two VMs at once
+# on a machine of two cores take one each (vm-pair's callers): with two
+# each, four emulated CPUs share two cores, and a guest CPU spinning for
+# another that the host has descheduled (a lock, a TLB-flush IPI) burns
+# the core the other needs.
+#
 # CMD and ARGS are joined with spaces and run by the guest's `sh -c` (like
 # ssh does), so both `-- /payload/test.sh -v` and `-- 'a && b'` work.
 #
@@ -52,6 +58,7 @@ NICS=9            # 8 pods at once plus a spare
 PAYLOAD=""
 TIMEOUT=1200
 MEMORY=2048
+CPUS=2
 LOG_OUT=""
 K8S_API=""
 KUBELET_PORT=10250
@@ -68,7 +75,7 @@ ARP_DEFAULTS=0
 # /run, /tmp and every network namespace start empty on each boot.
 DISK_DIRS="/var/lib/kubelet /var/lib/containerd /var/lib/cni /var/log /opt/cni/bin /opt/nri /etc/cni /etc/nri"
 
-usage() { sed -n '2,45p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,51p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 log() { printf '[vm-run] %s\n' "$*" >&2; }
 die() { printf '[vm-run] ERROR: %s\n' "$*" >&2; exit 125; }
 
@@ -79,6 +86,7 @@ while [ $# -gt 0 ]; do
     --payload) PAYLOAD=${2:?}; shift 2 ;;
     --timeout) TIMEOUT=${2:?}; shift 2 ;;
     --memory) MEMORY=${2:?}; shift 2 ;;
+    --cpus) CPUS=${2:?}; shift 2 ;;
     --log) LOG_OUT=${2:?}; shift 2 ;;
     --k8s-api) K8S_API=${2:?}; shift 2 ;;
     --kubelet-port) KUBELET_PORT=${2:?}; shift 2 ;;
@@ -98,6 +106,7 @@ case "$NETNS_MODE" in exclusive|shared) ;; *) die "--netns-mode must be exclusiv
 # PCI slots 3..31 are free on the i440fx machine (see NIC addresses below).
 [[ "$NICS" =~ ^[0-9]+$ ]] && [ "$NICS" -ge 1 ] && [ "$NICS" -le 28 ] || die "--nics must be 1..28"
 [[ "$TIMEOUT" =~ ^[0-9]+$ ]] || die "--timeout must be a number of seconds"
+[[ "$CPUS" =~ ^[1-4]$ ]] || die "--cpus must be 1..4"
 [ -z "$PAYLOAD" ] || [ -d "$PAYLOAD" ] || die "--payload $PAYLOAD is not a directory"
 if [ -n "$K8S_API" ]; then
   [[ "$K8S_API" =~ ^[0-9]+$ ]] && [[ "$KUBELET_PORT" =~ ^[0-9]+$ ]] || die "--k8s-api and --kubelet-port take port numbers"
@@ -442,14 +451,14 @@ if [ -n "$DISK" ]; then
 fi
 
 LOG="$WORK/console.log"
-log "booting $VM_ABI ($VM_KVER) under TCG: node $NODE, $NICS NICs$([ "$RXE" = 1 ] || echo ' (no rxe)'), netns $NETNS_MODE${DISK:+, disk $DISK}$LAYOUT, timeout ${TIMEOUT}s"
+log "booting $VM_ABI ($VM_KVER) under TCG: node $NODE, $CPUS CPUs, $NICS NICs$([ "$RXE" = 1 ] || echo ' (no rxe)'), netns $NETNS_MODE${DISK:+, disk $DISK}$LAYOUT, timeout ${TIMEOUT}s"
 start=$(date +%s)
 set +e
 # TCG, not KVM: KVM guests hang on this kind of host. panic=-1 plus -no-reboot
 # turns a guest panic into a prompt qemu exit instead of a hang until timeout;
 # oops=panic does the same for oopses. \r is stripped from the serial console.
 timeout -k 10 "$TIMEOUT" qemu-system-x86_64 \
-  -accel tcg -machine pc -smp 2 -m "$MEMORY" \
+  -accel tcg -machine pc -smp "$CPUS" -m "$MEMORY" \
   -nodefaults -no-user-config -display none -monitor none -serial stdio -no-reboot \
   -kernel "$VM_KERNEL" -initrd "$WORK/initrd" \
   -append "console=ttyS0 loglevel=3 panic=-1 oops=panic mitigations=off" \
