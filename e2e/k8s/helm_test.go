@@ -75,16 +75,22 @@ func helmCmd(args ...string) *exec.Cmd {
 // DaemonSet's pod to be Ready.
 func helmInstall(t *testing.T, tag string, set ...string) *corev1.Pod {
 	t.Helper()
+	start := time.Now()
+	helm(t, installArgs(tag, set...)...)
+	p := waitDSPod(t, tag)
+	t.Logf("helm install -> the DaemonSet pod Ready: %s", time.Since(start).Round(100*time.Millisecond))
+	return p
+}
+
+// installArgs is helm's command line installing the chart with the image
+// of tag and the values set.
+func installArgs(tag string, set ...string) []string {
 	args := []string{"install", release, chartDir, "-n", dsNamespace,
 		"--set", "image.repository=" + imageRepo, "--set", "image.tag=" + tag}
 	for _, s := range set {
 		args = append(args, "--set", s)
 	}
-	start := time.Now()
-	helm(t, args...)
-	p := waitDSPod(t, tag)
-	t.Logf("helm install -> the DaemonSet pod Ready: %s", time.Since(start).Round(100*time.Millisecond))
-	return p
+	return args
 }
 
 // helmUninstall is `helm uninstall` and waits for the DaemonSet's pod to go.
@@ -332,8 +338,7 @@ func restoreDefaults(t *testing.T) {
 		t.Logf("restore: helm %s: %v\n%s", args[0], err, out)
 	}
 	run("uninstall", release, "-n", dsNamespace, "--wait", "--timeout", "2m")
-	run("install", release, chartDir, "-n", dsNamespace,
-		"--set", "image.repository="+imageRepo, "--set", "image.tag="+newTag)
+	run(installArgs(newTag)...)
 	if _, err := waitDaemonSetPod(c, imageRepo+":"+newTag); err != nil {
 		t.Logf("restore: %v", err)
 	}

@@ -49,7 +49,7 @@ func Serve(ctx context.Context, p Peer, argv []string) (wait func() (string, err
 	}
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
 		tcp, _, err := p.Run(ctx, 10*time.Second, "cat", "/proc/net/tcp", "/proc/net/tcp6")
-		if err == nil && listening.MatchString(tcp) {
+		if err == nil && Listening(tcp, PerftestPort) {
 			return wait, nil
 		}
 	}

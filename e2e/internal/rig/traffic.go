@@ -179,15 +179,22 @@ func waitListening(netnsPath string, p *Proc) error {
 			return fmt.Errorf("server exited before listening: %s", p.out.String())
 		}
 		out, err := InPod(netnsPath, "cat", "/proc/net/tcp", "/proc/net/tcp6").Output()
-		if err == nil && listening.Match(out) {
+		if err == nil && Listening(string(out), PerftestPort) {
 			return nil
 		}
 	}
 	return errors.New("server is not listening on TCP 18515 after 20s")
 }
 
-// A /proc/net/tcp{,6} line of a socket listening (state 0A) on port 0x4853.
-var listening = regexp.MustCompile(`:4853 0+:0000 0A`)
+// PerftestPort is the TCP port perftest's tools meet on unless told
+// another (-p).
+const PerftestPort = 18515
+
+// Listening reports whether tcp, what /proc/net/tcp and /proc/net/tcp6
+// read, holds a socket listening (state 0A) on port.
+func Listening(tcp string, port int) bool {
+	return regexp.MustCompile(fmt.Sprintf(`:%04X 0+:0000 0A`, port)).MatchString(tcp)
+}
 
 // RunPingPong runs ibv_rc_pingpong (RC send/receive, size bytes, iters
 // round trips) between two pods and returns both sides' figures.

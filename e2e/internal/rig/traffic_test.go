@@ -37,3 +37,18 @@ func TestPerftestArgs(t *testing.T) {
 		t.Errorf("WriteBWArgs: %q, want %q", got, want)
 	}
 }
+
+// A server is seen listening only on its own port and only in state 0A
+// (LISTEN), in /proc/net/tcp's and tcp6's lines alike; a connection on the
+// port (01, ESTABLISHED) is not a server.
+func TestListening(t *testing.T) {
+	tcp := "  sl  local_address rem_address   st tx_queue rx_queue\n" +
+		"   0: 00000000:08AE 00000000:0000 0A 00000000:00000000 00:00000000 00000000  1000\n" +
+		"   1: 0B0A630A:4854 0C0A630A:9C40 01 00000000:00000000 00:00000000 00000000     0\n" +
+		"   0: 00000000000000000000000000000000:485D 00000000000000000000000000000000:0000 0A 00000000:00000000\n"
+	for port, want := range map[int]bool{2222: true, 18516: false, 18525: true, PerftestPort: false} {
+		if got := Listening(tcp, port); got != want {
+			t.Errorf("Listening(port %d) = %v, want %v", port, got, want)
+		}
+	}
+}
