@@ -116,24 +116,12 @@ func mpiWorkerPod(w spanWorker) *corev1.Pod {
 	return p
 }
 
-// startMPIWorkers starts the two workers (startSpanWorkers' checks) and
-// waits for both sshds to listen.
-func startMPIWorkers(t *testing.T) []spanWorker {
-	t.Helper()
-	workers := startSpanWorkersOf(t, mpiWorkerPod)
-	for _, w := range workers {
-		waitSSHD(t, w)
-	}
-	return workers
-}
-
 // waitSSHD waits for the worker's sshd to listen.
 func waitSSHD(t *testing.T, w spanWorker) {
 	t.Helper()
-	listen := regexp.MustCompile(fmt.Sprintf(`:%04X 0+:0000 0A`, sshdPort))
 	err := cririg.Wait(time.Minute, w.name+"'s sshd listening on "+strconv.Itoa(sshdPort), func() (bool, error) {
 		out, _, err := execIn(t, workersNS, w.name, "worker", "cat", "/proc/net/tcp", "/proc/net/tcp6")
-		return err == nil && listen.MatchString(out), nil
+		return err == nil && rig.Listening(out, sshdPort), nil
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -167,6 +155,11 @@ const (
 // nodes in this rig), daemons started over ssh (the image's ssh_config),
 // the out-of-band channel and any TCP on net1.
 func mpirunArgs(workers []spanWorker, tr mpiTransport, extra ...string) []string {
+	return mpirunWith(workers, mpiTransportArgs[tr], extra...)
+}
+
+// mpirunWith is mpirunArgs with the transport's settings given.
+func mpirunWith(workers []spanWorker, transport []string, extra ...string) []string {
 	hosts := make([]string, len(workers))
 	for i, w := range workers {
 		hosts[i] = w.ip + ":1"
@@ -179,27 +172,51 @@ func mpirunArgs(workers []spanWorker, tr mpiTransport, extra ...string) []string
 		// means retry forever there).
 		"--mca", "plm_rsh_args", "-o ServerAliveInterval=5 -o ServerAliveCountMax=3",
 	}
-	argv = append(argv, mpiTransportArgs[tr]...)
+	argv = append(argv, transport...)
 	return append(argv, extra...)
 }
 
 // mpiTransportArgs are each transport's settings (docs/mpi.md, "What
-// drives rxe"). RDMA: UCX on the pod's device alone, its UD transport
+// drives rxe"): over RDMA, ucxOver the pod's device; over TCP, Open MPI's
+// TCP transport on the same NIC.
+var mpiTransportArgs = map[mpiTransport][]string{
+	overRDMA: ucxOver(twoNodeName),
+	overTCP:  {"--mca", "pml", "ob1", "--mca", "btl", "tcp,self,vader", "--mca", "btl_tcp_if_include", "net1"},
+}
+
+// ucxOver is UCX on the pod's RDMA devices devs alone, its UD transport
 // (RC needs UD beside it for the wire-up and retransmits on rxe until it
 // crawls), UD's destination GID check off (with it UCX drops every packet
 // rxe delivers); `--mca pml ucx` also overrides Debian's default of
 // excluding UCX, so that a pod without its device fails rather than runs
-// over TCP. TCP: Open MPI's TCP transport on the same NIC.
-var mpiTransportArgs = map[mpiTransport][]string{
-	overRDMA: {"--mca", "pml", "ucx", "-x", "UCX_NET_DEVICES=" + twoNodeName + ":1",
-		"-x", "UCX_TLS=ud_verbs,self", "-x", "UCX_UD_VERBS_ETH_DGID_CHECK=n"},
-	overTCP: {"--mca", "pml", "ob1", "--mca", "btl", "tcp,self,vader", "--mca", "btl_tcp_if_include", "net1"},
+// over TCP. With several devices (rails), a message's bytes spread over
+// all of them: UCX's defaults send eager messages on one and rendezvous
+// on two.
+func ucxOver(devs ...string) []string {
+	ports := make([]string, len(devs))
+	for i, d := range devs {
+		ports[i] = d + ":1"
+	}
+	argv := []string{"--mca", "pml", "ucx", "-x", "UCX_NET_DEVICES=" + strings.Join(ports, ","),
+		"-x", "UCX_TLS=ud_verbs,self", "-x", "UCX_UD_VERBS_ETH_DGID_CHECK=n"}
+	if len(devs) > 1 {
+		n := strconv.Itoa(len(devs))
+		argv = append(argv, "-x", "UCX_MAX_EAGER_RAILS="+n, "-x", "UCX_MAX_RNDV_RAILS="+n)
+	}
+	return argv
 }
 
 // runAllreduce runs allreduce.py from worker 0 and returns its result.
 func runAllreduce(t *testing.T, workers []spanWorker, tr mpiTransport, bytes, iters int) (allreduce, string) {
 	t.Helper()
-	argv := mpirunArgs(workers, tr, "python3", "/usr/local/bin/allreduce.py", "--bytes", strconv.Itoa(bytes), "--iters", strconv.Itoa(iters))
+	return runAllreduceWith(t, workers, string(tr), mpiTransportArgs[tr], bytes, iters)
+}
+
+// runAllreduceWith is runAllreduce with the transport's settings given,
+// and what to call it in its errors.
+func runAllreduceWith(t *testing.T, workers []spanWorker, tr string, transport []string, bytes, iters int) (allreduce, string) {
+	t.Helper()
+	argv := mpirunWith(workers, transport, "python3", "/usr/local/bin/allreduce.py", "--bytes", strconv.Itoa(bytes), "--iters", strconv.Itoa(iters))
 	c, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	out, stderr, err := execCtx(c, workersNS, workers[0].name, "worker", argv...)
@@ -220,8 +237,8 @@ func runAllreduce(t *testing.T, workers []spanWorker, tr mpiTransport, bytes, it
 	return r, out + stderr
 }
 
-// podCounters is the exporter's packet counters of the RDMA device each
-// pod holds (rdma_port_hw_stat_total, rxe's sent_pkts and rcvd_pkts), read
+// podCounters is the exporter's packet counters of the RDMA devices each
+// pod holds, summed (rdma_port_hw_stat_total, rxe's sent_pkts and rcvd_pkts), read
 // from the exporter of the pod's node as Prometheus scrapes it: node 1's
 // on the loopback, node 2's at its management address.
 func podCounters(t *testing.T, workers []spanWorker) map[string][2]int64 {
@@ -252,22 +269,29 @@ func podCounters(t *testing.T, workers []spanWorker) map[string][2]int64 {
 
 var hwStat = regexp.MustCompile(`(?m)^rdma_port_hw_stat_total\{([^}]*)\} (\d+)`)
 
-// counterOf finds a pod's counter in an exposition.
+// counterOf is a pod's counter in an exposition, summed over the RDMA
+// devices it holds (its rails).
 func counterOf(body, counter, pod string) (int64, bool) {
+	var sum int64
+	found := false
 	for _, m := range hwStat.FindAllStringSubmatch(body, -1) {
 		if strings.Contains(m[1], `counter="`+counter+`"`) && strings.Contains(m[1], `pod="`+pod+`"`) && strings.Contains(m[1], `namespace="`+workersNS+`"`) {
 			v, err := strconv.ParseInt(m[2], 10, 64)
-			return v, err == nil
+			if err != nil {
+				return 0, false
+			}
+			sum += v
+			found = true
 		}
 	}
-	return 0, false
+	return sum, found
 }
 
-// activeMTU is the RDMA path MTU of the worker's device (ibv_devinfo's
+// activeMTU is the RDMA path MTU of the worker's device dev (ibv_devinfo's
 // active_mtu): the most payload one RoCE packet carries.
-func activeMTU(t *testing.T, w spanWorker) int64 {
+func activeMTU(t *testing.T, w spanWorker, dev string) int64 {
 	t.Helper()
-	out, stderr, err := execIn(t, workersNS, w.name, "worker", "ibv_devinfo", "-d", twoNodeName)
+	out, stderr, err := execIn(t, workersNS, w.name, "worker", "ibv_devinfo", "-d", dev)
 	if err != nil {
 		t.Fatalf("%s: ibv_devinfo: %v\n%s", w.name, err, stderr)
 	}
@@ -280,41 +304,70 @@ func activeMTU(t *testing.T, w spanWorker) int64 {
 }
 
 // allreduceOverRDMA runs an allreduce across the two nodes over RDMA
-// through the moved devices: each pod's device (read from our exporter on
-// its node) must send and receive at least as many RoCE packets as the
-// bytes the job moved need at the path MTU. The same job over TCP on the
-// same NICs must move (almost) nothing over RDMA.
-func allreduceOverRDMA(t *testing.T, workers []spanWorker) {
-	mtu := activeMTU(t, workers[0])
+// through the moved devices, UCX on every rail: each pod's devices (read
+// from our exporter on its node) must send and receive at least as many
+// RoCE packets as the bytes the job moved need at the path MTU, and with
+// several rails each rail's device a quarter of an even share of them
+// (its sysfs counters). The same job over TCP on the same NICs must move
+// (almost) nothing over RDMA.
+func (job railWorkers) allreduceOverRDMA(t *testing.T) {
+	workers := job.pods[:]
+	mtu := activeMTU(t, workers[0], job.rails[0].name)
 
 	const size, iters = 1 << 20, 5
+	transports := []struct {
+		name string
+		args []string
+	}{{"RDMA", job.ucx()}, {"TCP", mpiTransportArgs[overTCP]}}
 	var results [2]allreduce
 	var moved [2]map[string][2]int64
-	for i, tr := range []mpiTransport{overRDMA, overTCP} {
+	var perRail [2][]railCounters // the RDMA run's, per worker and rail
+	for i, tr := range transports {
 		before := podCounters(t, workers)
-		r, out := runAllreduce(t, workers, tr, size, iters)
+		railsBefore := [2][]railCounters{job.counters(t, workers[0]), job.counters(t, workers[1])}
+		r, out := runAllreduceWith(t, workers, tr.name, tr.args, size, iters)
 		after := podCounters(t, workers)
 		results[i] = r
 		moved[i] = map[string][2]int64{}
-		for _, w := range workers {
-			moved[i][w.name] = [2]int64{after[w.name][0] - before[w.name][0], after[w.name][1] - before[w.name][1]}
+		for w, wk := range workers {
+			moved[i][wk.name] = [2]int64{after[wk.name][0] - before[wk.name][0], after[wk.name][1] - before[wk.name][1]}
+			if i == 0 {
+				for k, c := range job.counters(t, wk) {
+					perRail[w] = append(perRail[w], c.minus(railsBefore[w][k]))
+				}
+			}
 		}
 		t.Logf("allreduce over %s: %d ranks, %d B x %d (+%d warm-up) in %.2f s (%.4f GB/s algbw), each rank sent ~%d B; RoCE packets sent/received: %v\n%s",
-			tr, r.Ranks, r.BytesPerRank, r.Iterations, r.Warmup, r.Seconds, r.AlgBW, r.BytesSent, moved[i], lastLines(out, 5))
+			tr.name, r.Ranks, r.BytesPerRank, r.Iterations, r.Warmup, r.Seconds, r.AlgBW, r.BytesSent, moved[i], lastLines(out, 5))
 	}
 	// At least the job's bytes at the path MTU, in both directions, on
-	// both devices: the RDMA run moved its data over RDMA.
+	// both pods: the RDMA run moved its data over RDMA.
 	need := results[0].BytesSent / mtu
 	for _, w := range workers {
 		if d := moved[0][w.name]; d[0] < need || d[1] < need {
-			t.Errorf("allreduce over RDMA: %s's device sent %d and received %d RoCE packets, want >= %d each (%d B at MTU %d)",
+			t.Errorf("allreduce over RDMA: %s's devices sent %d and received %d RoCE packets, want >= %d each (%d B at MTU %d)",
 				w.name, d[0], d[1], need, results[0].BytesSent, mtu)
 		}
 		// The TCP run's data went over the NIC's netdev, not its RDMA
 		// device: a tenth of the bound is far above anything but data.
 		if d := moved[1][w.name]; d[0] > need/10 || d[1] > need/10 {
-			t.Errorf("allreduce over TCP: %s's device sent %d and received %d RoCE packets, want (almost) none (< %d)", w.name, d[0], d[1], need/10)
+			t.Errorf("allreduce over TCP: %s's devices sent %d and received %d RoCE packets, want (almost) none (< %d)", w.name, d[0], d[1], need/10)
 		}
+	}
+	if len(job.rails) > 1 {
+		share := need / int64(4*len(job.rails))
+		var per []string
+		for w, wk := range workers {
+			for k, r := range job.rails {
+				d := perRail[w][k]
+				per = append(per, fmt.Sprintf("%s %s %d/%d", wk.name, r.name, d.rdmaSent, d.rdmaRcvd))
+				if d.rdmaSent < share || d.rdmaRcvd < share {
+					t.Errorf("allreduce over every rail: %s's %s sent %d and received %d RoCE packets, want >= %d each (a quarter of an even share of %d over %d rails)",
+						wk.name, r.name, d.rdmaSent, d.rdmaRcvd, share, need, len(job.rails))
+				}
+			}
+		}
+		t.Logf("allreduce over RDMA, RoCE packets sent/received per rail: %s", strings.Join(per, ", "))
 	}
 	t.Logf("allreduce of %d B x %d: RDMA %.2f s, TCP %.2f s (TCP/RDMA time %.2f)", size, iters, results[0].Seconds, results[1].Seconds, results[1].Seconds/results[0].Seconds)
 }
@@ -336,9 +389,9 @@ func lastLines(s string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
-// rebootMidJob reboots node 2 in the middle of a job on workers: the job
+// rebootMidJob reboots node 2 in the middle of the job: the job
 // must fail, promptly and saying so, rather than hang; the node must come
-// back (on a boot other than bootID) with its device and NIC home (its
+// back (on a boot other than bootID) with every rail's device and NIC home (its
 // pod's netns died with the old kernel); then the job's pods are deleted,
 // as a job controller deletes them, and both nodes' devices are home.
 // Node 2 reboots through its agent: nothing is stopped, as with
@@ -349,9 +402,10 @@ func lastLines(s string, n int) string {
 // the InfiniBand spec for RNR retries, takes a retry count of 7 (what Open
 // MPI and perftest ask for) as "retry forever" for transport retries too,
 // so a write to a vanished peer never completes with an error.
-func rebootMidJob(t *testing.T, workers []spanWorker, bootID string) {
+func (job railWorkers) rebootMidJob(t *testing.T, bootID string) {
+	workers := job.pods[:]
 	// Long enough to outlast the reboot request under the emulated CPU.
-	argv := mpirunArgs(workers, overRDMA, "python3", "/usr/local/bin/allreduce.py", "--bytes", strconv.Itoa(1<<20), "--iters", "100000")
+	argv := mpirunWith(workers, job.ucx(), "python3", "/usr/local/bin/allreduce.py", "--bytes", strconv.Itoa(1<<20), "--iters", "100000")
 	type result struct {
 		out string
 		err error
@@ -363,7 +417,7 @@ func rebootMidJob(t *testing.T, workers []spanWorker, bootID string) {
 		so, se, err := execCtx(c, workersNS, workers[0].name, "worker", argv...)
 		done <- result{so + se, err}
 	}()
-	waitSending(t, workers[0])
+	job.waitSending(t, workers[0])
 	resp, err := agent(ctx(t), 2, http.MethodPost, "/reboot")
 	if err != nil {
 		t.Fatalf("reboot node 2: %v", err)
@@ -382,11 +436,13 @@ func rebootMidJob(t *testing.T, workers []spanWorker, bootID string) {
 
 	after := waitJoined(t, 2, bootID)
 	t.Logf("node 2 Ready on its next boot %s after the reboot began", time.Since(rebooted).Round(time.Second))
-	if !rig.Contains(after.RDMA, twoNodeDev) || !rig.Contains(after.Links, twoNodeNIC) {
-		t.Errorf("node 2 after its reboot: RDMA %v, links %v; want %s and %s home", after.RDMA, after.Links, twoNodeDev, twoNodeNIC)
+	for _, r := range job.rails {
+		if !rig.Contains(after.RDMA, r.dev) || !rig.Contains(after.Links, r.nic) {
+			t.Errorf("node 2 after its reboot: RDMA %v, links %v; want %s and %s home", after.RDMA, after.Links, r.dev, r.nic)
+		}
 	}
 	if p, err := cs.CoreV1().Pods(workersNS).Get(ctx(t), workers[1].name, metav1.GetOptions{}); err == nil {
 		t.Logf("%s after node 2's reboot: %s", workers[1].name, p.Status.Phase)
 	}
-	stopSpanWorkers(t, workers)
+	job.stop(t)
 }

@@ -33,6 +33,7 @@ import (
 	"github.com/rdma-netns/rdma-netns/e2e/internal/rig"
 	"github.com/rdma-netns/rdma-netns/e2e/k8s/cluster"
 	"github.com/rdma-netns/rdma-netns/e2e/k8s/node"
+	"github.com/rdma-netns/rdma-netns/pkg/doctor"
 )
 
 var nodes = flag.Int("k8s.nodes", 1, "how many nodes the cluster has: 2 in make e2e-k8s's two-node boot, where node 1 runs the tests and node 2 boots with -k8s.boot join")
@@ -256,6 +257,11 @@ func (w spanWorker) peer() rig.Peer {
 	return rig.Peer{Run: execRunner(workersNS, w.name, "worker"), Dev: twoNodeName, IP: w.ip}
 }
 
+// peer is w on the job's first rail.
+func (job railWorkers) peer(w spanWorker) rig.Peer {
+	return rig.Peer{Run: execRunner(workersNS, w.name, "worker"), Dev: job.rails[0].name, IP: w.ip}
+}
+
 // spanWorkerPair is a job's two workers, one on each node.
 func spanWorkerPair() []spanWorker {
 	return []spanWorker{{"span-worker-0", 1, "10.99.1.1"}, {"span-worker-1", 2, "10.99.1.2"}}
@@ -362,52 +368,95 @@ func stopSpanWorkers(t *testing.T, workers []spanWorker) {
 	}
 }
 
-// One job's life across two nodes, as users run it: first, when the pair
-// booted with the rails' layout, its pods with several rails each, in both
-// fabric layouts (rails_test.go); then two
-// unprivileged pods, one per node, on one NAD; each node's device moves into its pod under
-// the NAD's rdmaDevName. RDMA flows between the pods both ways across the
-// link (perftest), an MPI allreduce runs over it (mpi_test.go), a node
-// reboots in the middle of a job, and the rerun passes. Deleted, both
-// devices and both NICs are home on both nodes. One lifecycle, so that
-// make test pays for the pods' starts once.
+// One job's life across two nodes, as users run it: two unprivileged MPI
+// workers, one per node, each holding the job's rails (jobRails: four
+// when the pair booted with the rails' layout, as make test boots it, one
+// otherwise); each node's devices move into its pod under the NADs'
+// rdmaDevNames. RDMA flows between the pods both ways on every rail, each
+// rail's stream on its own NIC (perftest), an MPI allreduce runs over
+// every rail (mpi_test.go), a node reboots in the middle of a job, and the
+// rerun passes. Deleted, every device and NIC is home on both nodes. One
+// lifecycle, so that make test pays for the pods' starts once. Then, on
+// the rails' layout, rails sharing a subnet without the NAD's ARP and
+// routing entries, at the kernel's ARP defaults (rails_test.go).
 func TestTwoNodes(t *testing.T) {
 	if *nodes < 2 {
 		t.Skip("one node: make e2e-k8s-nodes's two-node boot runs this (-k8s.nodes 2)")
 	}
 	before := waitJoined(t, 2, "")
-	t.Run("rails", railsJob)
 	importMPIImage(t)
-	applyManifest(t, "nad-renamed")
 	createMPISecret(t)
-	workers := startMPIWorkers(t)
-	t.Run("perftest", func(t *testing.T) { perftestBothWays(t, workers) })
-	t.Run("allreduce", func(t *testing.T) { allreduceOverRDMA(t, workers) })
+	job := startJob(t)
+	t.Run("perftest", job.perftest)
+	t.Run("allreduce", job.allreduceOverRDMA)
 	rebooted := false
 	t.Run("reboot", func(t *testing.T) {
-		rebootMidJob(t, workers, before.BootID)
+		job.rebootMidJob(t, before.BootID)
 		rebooted = true
 	})
 	if rebooted {
 		// The job's pods were deleted after the reboot: the rerun's are
 		// new, on the same two nodes.
-		workers = startMPIWorkers(t)
-		r, _ := runAllreduce(t, workers, overRDMA, 1<<20, 5)
+		job = startJob(t)
+		r, _ := runAllreduceWith(t, job.pods[:], "RDMA", job.ucx(), 1<<20, 5)
 		t.Logf("rerun after node 2's reboot: allreduce of %d B x %d over RDMA in %.2f s", r.BytesPerRank, r.Iterations, r.Seconds)
 	}
-	stopSpanWorkers(t, workers)
+	job.stop(t)
+	t.Run("rails-at-arp-defaults", railsAtARPDefaults)
 }
 
-// perftestBothWays runs ib_write_bw and ib_send_lat between the workers,
-// each way, each tool opening the device by the NAD's one name.
-func perftestBothWays(t *testing.T, workers []spanWorker) {
-	for _, dir := range [][2]spanWorker{{workers[0], workers[1]}, {workers[1], workers[0]}} {
-		srv, cli := dir[0], dir[1]
-		bw, err := rig.WriteBWBetween(ctx(t), srv.peer(), cli.peer(), 65536, 200)
-		if err != nil {
-			t.Fatal(err)
+// railsLayout reports whether the pair booted with the rails' layout
+// (the Makefile's K8S_PAIR_OPTS and K8S_PAIR_NICS).
+func railsLayout() bool { return node.Rails >= len(optimizedRails) && node.ARPDefaults }
+
+// jobRails are the two-node job's rails. On the rails' layout: two
+// rail-optimized (overlays/nad-rails: a subnet and a link each) and two
+// sharing a subnet and the segment, whose NADs chain tuning and sbr
+// (overlays/nad-rails-shared); otherwise the one rail of
+// overlays/nad-renamed, on eth1.
+func jobRails(t *testing.T) []rail {
+	t.Helper()
+	if !railsLayout() {
+		applyManifest(t, "nad-renamed")
+		return []rail{{network: twoNodeNetwork, nic: twoNodeNIC, dev: twoNodeDev, name: twoNodeName, subnet: 1}}
+	}
+	applyManifest(t, "nad-rails")
+	applyManifest(t, "nad-rails-shared")
+	return withDevs(t, append(append([]rail{}, optimizedRails...), sharedRails...))
+}
+
+// startJob starts the job's two MPI workers (span-worker-0 on node 1,
+// span-worker-1 on node 2) on jobRails and waits for their sshds.
+func startJob(t *testing.T) railWorkers {
+	t.Helper()
+	job := startRailWorkersOf(t, "span-worker", jobRails(t), mpiWorkerPod)
+	for _, w := range job.pods {
+		waitSSHD(t, w)
+	}
+	return job
+}
+
+// perftest runs ib_write_bw between the workers each way on every rail,
+// the rails of each of railGroups at once, every stream on its rail's NIC
+// and the other rails quiet (kept), and ib_send_lat on the first rail;
+// on the rails' layout, the shared rails' netdevs hold the NAD's ARP
+// settings and the doctor finds nothing wrong with the rails.
+func (job railWorkers) perftest(t *testing.T) {
+	if len(job.rails) > 1 {
+		for k := len(optimizedRails); k < len(job.rails); k++ {
+			if got := job.arpOf(t, job.pods[0], ifname(k)); got != "1/2" {
+				t.Errorf("%s: arp_ignore/arp_announce of %s %s, want 1/2 (the NAD's tuning)", job.pods[0].name, ifname(k), got)
+			}
 		}
-		lat, err := rig.SendLatBetween(ctx(t), srv.peer(), cli.peer(), 2, 500)
+	}
+	n := 0
+	for _, dir := range [][2]spanWorker{{job.pods[0], job.pods[1]}, {job.pods[1], job.pods[0]}} {
+		srv, cli := dir[0], dir[1]
+		for _, g := range job.groups() {
+			job.kept(t, job.round(t, n, g, srv, cli, 2*time.Minute), srv, cli)
+			n++
+		}
+		lat, err := rig.SendLatBetween(ctx(t), job.peer(srv), job.peer(cli), 2, 500)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -417,21 +466,27 @@ func perftestBothWays(t *testing.T, workers []spanWorker) {
 			// each try (two node VMs on two cores), so it timed none.
 			typical = "not timed (perftest's clock calibration failed on the busy emulated CPU)"
 		}
-		t.Logf("%s (node %d) -> %s (node %d): ib_write_bw %d x %d B average %.2f MB/s; ib_send_lat %d x %d B round trips, %s",
-			cli.name, cli.node, srv.name, srv.node, bw.Iters, bw.Bytes, bw.AverageMBps, lat.Iters, lat.Bytes, typical)
+		t.Logf("%s (node %d) -> %s (node %d) on %s: ib_send_lat %d x %d B round trips, %s",
+			cli.name, cli.node, srv.name, srv.node, job.rails[0].name, lat.Iters, lat.Bytes, typical)
+	}
+	if len(job.rails) > 1 {
+		for _, f := range job.railFindings(t) {
+			if f.Severity != doctor.OK {
+				t.Errorf("doctor on rails kept apart: %s %s %s: %s", f.Severity, f.Check, f.Subject, f.Reason)
+			}
+		}
 	}
 }
 
-// waitSending waits for w's device to have sent RoCE packets, twice
+// waitSending waits for w's devices to have sent RoCE packets, twice
 // looked at: the transfer is under way.
-func waitSending(t *testing.T, w spanWorker) {
+func (job railWorkers) waitSending(t *testing.T, w spanWorker) {
 	t.Helper()
 	read := func() int64 {
-		out, _, err := execIn(t, workersNS, w.name, "worker", "cat", "/sys/class/infiniband/"+twoNodeName+"/ports/1/hw_counters/sent_pkts")
-		if err != nil {
-			return -1
+		var n int64
+		for _, c := range job.counters(t, w) {
+			n += c.rdmaSent
 		}
-		n, _ := strconv.ParseInt(strings.TrimSpace(out), 10, 64)
 		return n
 	}
 	first := read()
