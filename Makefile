@@ -285,7 +285,12 @@ OLDEST_PREBUILD = mkdir -p $(OUT); exec 8>$(OLDEST_PREBUILD_LOCK); flock 8; \
 ## 1, their devices, RDMA traffic between them, and the devices back after
 ## kubectl delete; then an MPI job with a rank on each node, its allreduce
 ## over RDMA across the link, both pods' RoCE counters, and each device home
-## on its node. Node 1's console is the demo's output.
+## on its node. Node 1's console is the demo's output. The pair boots as
+## the one-link rig (3 NICs, every test NIC on the one segment): the demo's
+## two NCCL pods on node 1 talk from eth1 to eth2, which the rails' layout
+## puts on links of their own.
+demo: K8S_PAIR_NICS = 3
+demo: K8S_PAIR_OPTS =
 demo:
 	@$(MAKE) --no-print-directory k8s-payload K8S_KUBECTL=1
 	@$(call K8S_PAIR,-demo /payload/demo.sh,$(OUT)/k8s-nodes,--follow)
