@@ -288,9 +288,12 @@ OLDEST_PREBUILD = mkdir -p $(OUT); exec 8>$(OLDEST_PREBUILD_LOCK); flock 8; \
 ## on its node. Node 1's console is the demo's output. The pair boots as
 ## the one-link rig (3 NICs, every test NIC on the one segment): the demo's
 ## two NCCL pods on node 1 talk from eth1 to eth2, which the rails' layout
-## puts on links of their own.
+## puts on links of their own. Two CPUs per VM, as the demo last passed:
+## with one (2026-11-28) its kubectl execs polling worker 0's sshd did
+## not see it listen within 60 tries.
 demo: K8S_PAIR_NICS = 3
 demo: K8S_PAIR_OPTS =
+demo: K8S_PAIR_CPUS = 2
 demo:
 	@$(MAKE) --no-print-directory k8s-payload K8S_KUBECTL=1
 	@$(call K8S_PAIR,-demo /payload/demo.sh,$(OUT)/k8s-nodes,--follow)
