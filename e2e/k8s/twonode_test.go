@@ -253,13 +253,11 @@ type spanWorker struct {
 	ip   string // its net1 address, which it names in its network selection
 }
 
-func (w spanWorker) peer() rig.Peer {
-	return rig.Peer{Run: execRunner(workersNS, w.name, "worker"), Dev: twoNodeName, IP: w.ip}
-}
+func (w spanWorker) peer() rig.Peer { return w.peerOn(twoNodeName) }
 
-// peer is w on the job's first rail.
-func (job railWorkers) peer(w spanWorker) rig.Peer {
-	return rig.Peer{Run: execRunner(workersNS, w.name, "worker"), Dev: job.rails[0].name, IP: w.ip}
+// peerOn is w on its RDMA device dev.
+func (w spanWorker) peerOn(dev string) rig.Peer {
+	return rig.Peer{Run: execRunner(workersNS, w.name, "worker"), Dev: dev, IP: w.ip}
 }
 
 // spanWorkerPair is a job's two workers, one on each node.
@@ -456,7 +454,7 @@ func (job railWorkers) perftest(t *testing.T) {
 			job.kept(t, job.round(t, n, g, srv, cli, 2*time.Minute), srv, cli)
 			n++
 		}
-		lat, err := rig.SendLatBetween(ctx(t), job.peer(srv), job.peer(cli), 2, 500)
+		lat, err := rig.SendLatBetween(ctx(t), srv.peerOn(job.rails[0].name), cli.peerOn(job.rails[0].name), 2, 500)
 		if err != nil {
 			t.Fatal(err)
 		}
