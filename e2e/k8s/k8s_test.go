@@ -493,6 +493,21 @@ func deletePod(t *testing.T, ns, name string, opts metav1.DeleteOptions) {
 	}
 }
 
+// deletePods deletes the pods names of ns all at once, then waits for
+// each to be gone: pods on different nodes end in parallel, as a job
+// controller's do.
+func deletePods(t *testing.T, ns string, opts metav1.DeleteOptions, names ...string) {
+	t.Helper()
+	for _, name := range names {
+		if err := cs.CoreV1().Pods(ns).Delete(ctx(t), name, opts); err != nil && !apierrors.IsNotFound(err) {
+			t.Fatal(err)
+		}
+	}
+	for _, name := range names {
+		deletePod(t, ns, name, opts)
+	}
+}
+
 // waitHome waits for dev to be back in the host netns.
 func waitHome(t *testing.T, dev string) {
 	t.Helper()

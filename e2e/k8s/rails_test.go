@@ -158,9 +158,7 @@ func ifname(k int) string { return "net" + strconv.Itoa(k+1) }
 // be home on each node.
 func (ws railWorkers) stop(t *testing.T) {
 	t.Helper()
-	for _, w := range ws.pods {
-		deletePod(t, workersNS, w.name, workersGrace)
-	}
+	deletePods(t, workersNS, workersGrace, ws.pods[0].name, ws.pods[1].name)
 	for _, w := range ws.pods {
 		for _, r := range ws.rails {
 			waitNodeHome(t, w.node, r.dev, r.nic)
@@ -211,11 +209,14 @@ func (ws railWorkers) counters(t *testing.T, w spanWorker) []railCounters {
 // asks ARP again, and on a shared segment every rail's answer races again.
 func (ws railWorkers) flushNeighbours(t *testing.T) {
 	t.Helper()
+	var script []string
+	for k := range ws.rails {
+		script = append(script, "busybox ip neigh flush dev "+ifname(k))
+	}
+	// One exec per pod: each costs seconds of the emulated node's CPU.
 	for _, w := range ws.pods {
-		for k := range ws.rails {
-			if _, stderr, err := execIn(t, workersNS, w.name, "worker", "busybox", "ip", "neigh", "flush", "dev", ifname(k)); err != nil {
-				t.Fatalf("%s: busybox ip neigh flush dev %s: %v\n%s", w.name, ifname(k), err, stderr)
-			}
+		if _, stderr, err := execIn(t, workersNS, w.name, "worker", "sh", "-ec", strings.Join(script, "; ")); err != nil {
+			t.Fatalf("%s: %s: %v\n%s", w.name, strings.Join(script, "; "), err, stderr)
 		}
 	}
 }
@@ -282,6 +283,11 @@ func (ws railWorkers) round(t *testing.T, n int, group []int, srv, cli spanWorke
 	} else {
 		o, e, err := execCtx(c, workersNS, cli.name, "worker", "sh", "-c", inParallel(cliRuns, secs))
 		cliOut := perRun(o+e, len(group))
+		if !allCompleted(cliOut) {
+			// A server whose writer gave up would wait out its own
+			// limit for nothing.
+			execCtx(c, workersNS, srv.name, "worker", "busybox", "killall", "ib_write_bw")
+		}
 		srvOut := perRun(<-srvDone, len(group))
 		for i, k := range group {
 			runs[k].idle = false
@@ -321,6 +327,16 @@ func inParallel(argvs [][]string, secs int) string {
 	return b.String()
 }
 
+// allCompleted reports whether every run of inParallel's output exited 0.
+func allCompleted(runs []string) bool {
+	for _, out := range runs {
+		if !strings.Contains(out, "@@status 0") {
+			return false
+		}
+	}
+	return true
+}
+
 // perRun splits inParallel's output into each run's.
 func perRun(out string, n int) []string {
 	runs := make([]string, n)
@@ -335,7 +351,7 @@ func perRun(out string, n int) []string {
 
 // parseRun reads one rail's ib_write_bw client and server output.
 func parseRun(cli, srv string) (rig.WriteBW, error) {
-	if !strings.Contains(cli, "@@status 0") || !strings.Contains(srv, "@@status 0") {
+	if !allCompleted([]string{cli, srv}) {
 		return rig.WriteBW{Output: cli}, fmt.Errorf("ib_write_bw did not complete: client:\n%s\nserver:\n%s", cli, srv)
 	}
 	bw, err := rig.ParseWriteBW(cli)
@@ -442,16 +458,18 @@ func (ws railWorkers) crossedNeighbours(t *testing.T, srv, cli spanWorker) []str
 	t.Helper()
 	macs := map[string]string{} // srv's rail address -> its netdev's MAC
 	owner := map[string]string{}
-	for k, r := range ws.rails {
-		out, _, err := execIn(t, workersNS, srv.name, "worker", "cat", "/sys/class/net/"+ifname(k)+"/address")
-		if err != nil {
-			continue
-		}
-		mac := strings.TrimSpace(out)
-		macs[r.ip(srv.node)] = mac
-		owner[mac] = ifname(k)
+	argv := []string{"cat"}
+	for k := range ws.rails {
+		argv = append(argv, "/sys/class/net/"+ifname(k)+"/address")
 	}
-	out, _, err := execIn(t, workersNS, cli.name, "worker", "busybox", "ip", "neigh", "show")
+	out, _, err := execIn(t, workersNS, srv.name, "worker", argv...)
+	if f := strings.Fields(out); err == nil && len(f) == len(ws.rails) {
+		for k, r := range ws.rails {
+			macs[r.ip(srv.node)] = f[k]
+			owner[f[k]] = ifname(k)
+		}
+	}
+	out, _, err = execIn(t, workersNS, cli.name, "worker", "busybox", "ip", "neigh", "show")
 	if err != nil {
 		return nil
 	}
@@ -493,19 +511,21 @@ func (ws railWorkers) railFindings(t *testing.T) []doctor.Finding {
 	return out
 }
 
-// railGroups are the rails whose streams run at once in a round, as
-// indices into jobRails' four: all four (every stream on its own rail
-// however busy the others), then each layout's two with the other
-// layout's quiet (a stream astray would show on a quiet rail).
-var railGroups = [][]int{{0, 1, 2, 3}, {0, 1}, {2, 3}}
+// railGroups are, for each direction of the job's perftest, the rails
+// whose streams run at once in a round, as indices into jobRails' four:
+// all four (every stream on its own rail however busy the others), then
+// one layout's two with the other layout's quiet (a stream astray would
+// show on a quiet rail): the rail-optimized pair one way, the shared pair
+// the other, so that each rail is quiet in one round.
+var railGroups = [2][][]int{{{0, 1, 2, 3}, {0, 1}}, {{0, 1, 2, 3}, {2, 3}}}
 
-// groups are the rounds' rails: railGroups with the rails' layout, the
-// one rail otherwise.
-func (ws railWorkers) groups() [][]int {
+// groups are the rounds' rails of direction dir (0 or 1): railGroups with
+// the rails' layout, the one rail otherwise.
+func (ws railWorkers) groups(dir int) [][]int {
 	if len(ws.rails) == 1 {
 		return [][]int{{0}}
 	}
-	return railGroups
+	return railGroups[dir]
 }
 
 // ucx is UCX over every rail of the workers (ucxOver).

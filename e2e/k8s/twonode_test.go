@@ -25,7 +25,6 @@ import (
 
 	"github.com/vishvananda/netlink"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -355,13 +354,12 @@ func hostOf(t *testing.T, n int) nodeNetns {
 // netns.
 func stopSpanWorkers(t *testing.T, workers []spanWorker) {
 	t.Helper()
+	var names []string
 	for _, w := range workers {
-		if err := cs.CoreV1().Pods(workersNS).Delete(ctx(t), w.name, workersGrace); err != nil && !apierrors.IsNotFound(err) {
-			t.Fatal(err)
-		}
+		names = append(names, w.name)
 	}
+	deletePods(t, workersNS, workersGrace, names...)
 	for _, w := range workers {
-		deletePod(t, workersNS, w.name, workersGrace)
 		waitNodeHome(t, w.node, twoNodeDev, twoNodeNIC)
 	}
 }
@@ -448,9 +446,9 @@ func (job railWorkers) perftest(t *testing.T) {
 		}
 	}
 	n := 0
-	for _, dir := range [][2]spanWorker{{job.pods[0], job.pods[1]}, {job.pods[1], job.pods[0]}} {
+	for d, dir := range [][2]spanWorker{{job.pods[0], job.pods[1]}, {job.pods[1], job.pods[0]}} {
 		srv, cli := dir[0], dir[1]
-		for _, g := range job.groups() {
+		for _, g := range job.groups(d) {
 			job.kept(t, job.round(t, n, g, srv, cli, 2*time.Minute), srv, cli)
 			n++
 		}
