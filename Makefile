@@ -390,16 +390,24 @@ bench-k8s:
 ## $(OUT)/bench-nodes.txt, the nodes' consoles in $(OUT)/bench-nodes/.
 ## Then, in the same boot, ib_write_bw on two rails at once against one
 ## rail, K8S_RAIL_BENCH_ROUNDS rounds of each, alternated (TestBenchRails,
-## e2e/k8s/rails_test.go), its table after the first.
+## e2e/k8s/rails_test.go), its table after the first; then how UCX spreads
+## an allreduce (1 MiB x 5) over TestTwoNodes's four rails at its default
+## rail counts (UCX_NET_DEVICES alone) against UCX_MAX_EAGER_RAILS and
+## UCX_MAX_RNDV_RAILS at 4 (what the job uses), K8S_UCX_RAIL_BENCH_ROUNDS
+## allreduces of each, alternated (TestBenchRailsUCX,
+## e2e/k8s/rails_ucx_test.go): each kind's time and each rail's share of
+## the RoCE packets, its table last.
 K8S_JOB_BENCH_ROUNDS ?= 3
 K8S_RAIL_BENCH_ROUNDS ?= 3
+K8S_UCX_RAIL_BENCH_ROUNDS ?= 3
 bench: bench-nodes
 # The tests' pattern has no "(a|b)": the guest's sh -c reads the command.
 bench-nodes:
 	@$(MAKE) --no-print-directory k8s-payload
-	@{ ( $(call K8S_PAIR,-test.run ^TestBench[JR][A-Za-z]*$$ -k8s.bench-jobs $(K8S_JOB_BENCH_ROUNDS) -k8s.bench-rails $(K8S_RAIL_BENCH_ROUNDS),$(OUT)/bench-nodes) ); echo $$? > $(OUT)/bench-nodes.rc; } 2>&1 | tee $(OUT)/bench-nodes.log
+	@{ ( $(call K8S_PAIR,-test.run ^TestBench[JR][A-Za-z]*$$ -k8s.bench-jobs $(K8S_JOB_BENCH_ROUNDS) -k8s.bench-rails $(K8S_RAIL_BENCH_ROUNDS) -k8s.bench-ucx-rails $(K8S_UCX_RAIL_BENCH_ROUNDS),$(OUT)/bench-nodes) ); echo $$? > $(OUT)/bench-nodes.rc; } 2>&1 | tee $(OUT)/bench-nodes.log
 	@sed -n '/^=== K8S JOB BENCH BEGIN ===/,/^=== K8S JOB BENCH END ===/p' $(OUT)/bench-nodes/node1.log | sed '1d;$$d' > $(OUT)/bench-nodes.txt
-	@sed -n '/^=== K8S RAILS BENCH BEGIN ===/,/^=== K8S RAILS BENCH END ===/p' $(OUT)/bench-nodes/node1.log | sed '1d;$$d' | sed '1s/^/\n/' >> $(OUT)/bench-nodes.txt; cat $(OUT)/bench-nodes.txt
+	@sed -n '/^=== K8S RAILS BENCH BEGIN ===/,/^=== K8S RAILS BENCH END ===/p' $(OUT)/bench-nodes/node1.log | sed '1d;$$d' | sed '1s/^/\n/' >> $(OUT)/bench-nodes.txt
+	@sed -n '/^=== K8S UCX RAILS BENCH BEGIN ===/,/^=== K8S UCX RAILS BENCH END ===/p' $(OUT)/bench-nodes/node1.log | sed '1d;$$d' | sed '1s/^/\n/' >> $(OUT)/bench-nodes.txt; cat $(OUT)/bench-nodes.txt
 	@rc=$$(cat $(OUT)/bench-nodes.rc); rm -f $(OUT)/bench-nodes.rc; [ "$$rc" != 0 ] || echo "job start bench table: $(OUT)/bench-nodes.txt"; exit $$rc
 
 ## stress: fuzz the parsers on the host, then seeded random ADD/DEL rounds,

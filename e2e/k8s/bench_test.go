@@ -334,13 +334,23 @@ func ratio(a, b float64) string {
 
 type summary struct{ p50, min, max float64 }
 
+// stats is the summary of durations, in seconds.
 func stats(ds []time.Duration) summary {
-	s := slices.Clone(ds)
+	secs := make([]float64, len(ds))
+	for i, d := range ds {
+		secs[i] = d.Seconds()
+	}
+	return statsOf(secs)
+}
+
+// statsOf is the summary of figures of any unit (seconds, shares).
+func statsOf(v []float64) summary {
+	s := slices.Clone(v)
 	slices.Sort(s)
 	if len(s) == 0 {
 		return summary{}
 	}
-	return summary{p50: s[len(s)/2].Seconds(), min: s[0].Seconds(), max: s[len(s)-1].Seconds()}
+	return summary{p50: s[len(s)/2], min: s[0], max: s[len(s)-1]}
 }
 
 func kubeletVersion(t *testing.T) string {

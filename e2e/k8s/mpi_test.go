@@ -184,26 +184,33 @@ var mpiTransportArgs = map[mpiTransport][]string{
 	overTCP:  {"--mca", "pml", "ob1", "--mca", "btl", "tcp,self,vader", "--mca", "btl_tcp_if_include", "net1"},
 }
 
-// ucxOver is UCX on the pod's RDMA devices devs alone, its UD transport
-// (RC needs UD beside it for the wire-up and retransmits on rxe until it
-// crawls), UD's destination GID check off (with it UCX drops every packet
-// rxe delivers); `--mca pml ucx` also overrides Debian's default of
-// excluding UCX, so that a pod without its device fails rather than runs
-// over TCP. With several devices (rails), a message's bytes spread over
-// all of them: UCX's defaults send eager messages on one and rendezvous
-// on two.
+// ucxOver is ucxAtDefaultRails with UCX's rail counts raised to the
+// devices', so that with several devices (rails) a message's bytes spread
+// over all of them: UCX's defaults send eager messages on one and
+// rendezvous on two (TestBenchRailsUCX measures what they do on rxe).
 func ucxOver(devs ...string) []string {
-	ports := make([]string, len(devs))
-	for i, d := range devs {
-		ports[i] = d + ":1"
-	}
-	argv := []string{"--mca", "pml", "ucx", "-x", "UCX_NET_DEVICES=" + strings.Join(ports, ","),
-		"-x", "UCX_TLS=ud_verbs,self", "-x", "UCX_UD_VERBS_ETH_DGID_CHECK=n"}
+	argv := ucxAtDefaultRails(devs...)
 	if len(devs) > 1 {
 		n := strconv.Itoa(len(devs))
 		argv = append(argv, "-x", "UCX_MAX_EAGER_RAILS="+n, "-x", "UCX_MAX_RNDV_RAILS="+n)
 	}
 	return argv
+}
+
+// ucxAtDefaultRails is UCX on the pod's RDMA devices devs alone, its UD
+// transport (RC needs UD beside it for the wire-up and retransmits on rxe
+// until it crawls), UD's destination GID check off (with it UCX drops
+// every packet rxe delivers); `--mca pml ucx` also overrides Debian's
+// default of excluding UCX, so that a pod without its device fails rather
+// than runs over TCP. UCX's rail counts stay its own (UCX 1.13: eager
+// messages on one device, rendezvous on two), however many devs.
+func ucxAtDefaultRails(devs ...string) []string {
+	ports := make([]string, len(devs))
+	for i, d := range devs {
+		ports[i] = d + ":1"
+	}
+	return []string{"--mca", "pml", "ucx", "-x", "UCX_NET_DEVICES=" + strings.Join(ports, ","),
+		"-x", "UCX_TLS=ud_verbs,self", "-x", "UCX_UD_VERBS_ETH_DGID_CHECK=n"}
 }
 
 // runAllreduce runs allreduce.py from worker 0 and returns its result.

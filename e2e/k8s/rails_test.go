@@ -529,12 +529,15 @@ func (ws railWorkers) groups(dir int) [][]int {
 }
 
 // ucx is UCX over every rail of the workers (ucxOver).
-func (ws railWorkers) ucx() []string {
+func (ws railWorkers) ucx() []string { return ucxOver(ws.devNames()...) }
+
+// devNames are the rails' RDMA devices as the workers see them, in order.
+func (ws railWorkers) devNames() []string {
 	devs := make([]string, len(ws.rails))
 	for k, r := range ws.rails {
 		devs[k] = r.name
 	}
-	return ucxOver(devs...)
+	return devs
 }
 
 // railsAtARPDefaults is TestTwoNodes's last part on the rails' layout:
