@@ -15,6 +15,7 @@ package k8s
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"regexp"
@@ -174,51 +175,51 @@ func (c railCounters) minus(o railCounters) railCounters {
 	return railCounters{c.rdmaSent - o.rdmaSent, c.rdmaRcvd - o.rdmaRcvd, c.netTx - o.netTx, c.netRx - o.netRx}
 }
 
-// counters reads every rail's counters in w's pod, as its sysfs shows
-// them.
-func (ws railWorkers) counters(t *testing.T, w spanWorker) []railCounters {
-	t.Helper()
+// counterFiles are the files of every rail's counters in a pod, four
+// per rail in railCounters' order.
+func (ws railWorkers) counterFiles() []string {
 	var files []string
 	for k, r := range ws.rails {
 		hw := "/sys/class/infiniband/" + r.name + "/ports/1/hw_counters/"
 		st := "/sys/class/net/" + ifname(k) + "/statistics/"
 		files = append(files, hw+"sent_pkts", hw+"rcvd_pkts", st+"tx_packets", st+"rx_packets")
 	}
-	out, stderr, err := execIn(t, workersNS, w.name, "worker", append([]string{"cat"}, files...)...)
-	if err != nil {
-		t.Fatalf("%s: reading the rails' counters: %v\n%s", w.name, err, stderr)
-	}
+	return files
+}
+
+// parseCounters reads counterFiles' contents, as cat prints them.
+func (ws railWorkers) parseCounters(out string) ([]railCounters, error) {
 	f := strings.Fields(out)
-	if len(f) != len(files) {
-		t.Fatalf("%s: %d counters, want %d: %q", w.name, len(f), len(files), out)
+	if len(f) != 4*len(ws.rails) {
+		return nil, fmt.Errorf("%d counters, want %d: %q", len(f), 4*len(ws.rails), out)
 	}
 	n := make([]int64, len(f))
 	for i, s := range f {
+		var err error
 		if n[i], err = strconv.ParseInt(s, 10, 64); err != nil {
-			t.Fatalf("%s: %s: %q", w.name, files[i], s)
+			return nil, fmt.Errorf("counter %d: %q", i, s)
 		}
 	}
 	var cs []railCounters
 	for k := range ws.rails {
 		cs = append(cs, railCounters{n[4*k], n[4*k+1], n[4*k+2], n[4*k+3]})
 	}
-	return cs
+	return cs, nil
 }
 
-// flushNeighbours empties both workers' neighbour tables: the next run
-// asks ARP again, and on a shared segment every rail's answer races again.
-func (ws railWorkers) flushNeighbours(t *testing.T) {
+// counters reads every rail's counters in w's pod, as its sysfs shows
+// them.
+func (ws railWorkers) counters(t *testing.T, w spanWorker) []railCounters {
 	t.Helper()
-	var script []string
-	for k := range ws.rails {
-		script = append(script, "busybox ip neigh flush dev "+ifname(k))
+	out, stderr, err := execIn(t, workersNS, w.name, "worker", append([]string{"cat"}, ws.counterFiles()...)...)
+	if err != nil {
+		t.Fatalf("%s: reading the rails' counters: %v\n%s", w.name, err, stderr)
 	}
-	// One exec per pod: each costs seconds of the emulated node's CPU.
-	for _, w := range ws.pods {
-		if _, stderr, err := execIn(t, workersNS, w.name, "worker", "sh", "-ec", strings.Join(script, "; ")); err != nil {
-			t.Fatalf("%s: %s: %v\n%s", w.name, strings.Join(script, "; "), err, stderr)
-		}
+	cs, err := ws.parseCounters(out)
+	if err != nil {
+		t.Fatalf("%s: the rails' counters: %v", w.name, err)
 	}
+	return cs
 }
 
 // railRun is one rail's stream of a round: what ib_write_bw said and the
@@ -241,17 +242,27 @@ var mtuLine = regexp.MustCompile(`Mtu\s*:\s*(\d+)\s*\[B\]`)
 // so that the writer resends what was never lost.
 var railPerftest = []string{"-u", "20"}
 
+// railRound is what a round left: every rail's run, and where the
+// writer sent its packets (its neighbour table after the runs, the
+// reader's rails' MACs: crossedNeighbours).
+type railRound struct {
+	runs          []railRun
+	cliNeighbours string   // the writer's `ip neigh show`
+	srvMACs       []string // each rail's netdev's MAC in the reader
+}
+
 // round runs ib_write_bw at once on the rails of group (indices into
 // ws.rails) from cli into srv, each run opening its rail's device by its
 // name, on a TCP port of its own, and stopped after limit, and returns
 // every rail's run, those outside group idle (one may fail: a stream
 // whose packets go to another NIC retries until it gives up, or stalls).
-// Each side's runs start from one exec (`sh -c`), the servers checked
-// listening by one exec at a time: an exec costs seconds of the emulated
-// node's CPU, and one per run and poll starved the runs.
-func (ws railWorkers) round(t *testing.T, n int, group []int, srv, cli spanWorker, limit time.Duration) []railRun {
+// With flush, both sides empty their neighbour tables first, so that ARP
+// is asked again. Each side's part is one exec (roundScript), the servers
+// checked listening by one exec at a time: an exec costs seconds of the
+// emulated node's CPU, and one per run, poll or counter read starved the
+// runs and slowed the stage.
+func (ws railWorkers) round(t *testing.T, n int, group []int, srv, cli spanWorker, limit time.Duration, flush bool) railRound {
 	t.Helper()
-	srvBefore, cliBefore := ws.counters(t, srv), ws.counters(t, cli)
 	secs := int(limit / time.Second)
 	var srvRuns, cliRuns [][]string
 	var ports []int
@@ -269,37 +280,48 @@ func (ws railWorkers) round(t *testing.T, n int, group []int, srv, cli spanWorke
 	defer cancel()
 	srvDone := make(chan string, 1)
 	go func() {
-		o, e, _ := execCtx(c, workersNS, srv.name, "worker", "sh", "-c", inParallel(srvRuns, secs+15))
-		srvDone <- o + e
+		o, e, _ := execCtx(c, workersNS, srv.name, "worker", "sh", "-c", ws.roundScript(flush, srvRuns, secs+15))
+		srvDone <- withStderr(o, e)
 	}()
+	if err := waitListening(c, srv, ports); err != nil {
+		execCtx(c, workersNS, srv.name, "worker", "busybox", "killall", "ib_write_bw")
+		t.Fatalf("%v\n%s", err, <-srvDone)
+	}
+	o, e, err := execCtx(c, workersNS, cli.name, "worker", "sh", "-c", ws.roundScript(flush, cliRuns, secs))
+	cliOut := sections(withStderr(o, e))
+	if !allCompleted(perRun(cliOut, len(group))) {
+		// A server whose writer gave up would wait out its own limit for
+		// nothing.
+		execCtx(c, workersNS, srv.name, "worker", "busybox", "killall", "ib_write_bw")
+	}
+	srvOut := sections(<-srvDone)
+	side := func(w spanWorker, out map[string]string) (before, after []railCounters) {
+		if strings.Contains(out["flush"], "FAILED") {
+			t.Fatalf("%s: busybox ip neigh flush: %s", w.name, out["flush"])
+		}
+		var errB, errA error
+		before, errB = ws.parseCounters(out["before"])
+		after, errA = ws.parseCounters(out["after"])
+		if err := errors.Join(errB, errA); err != nil {
+			t.Fatalf("%s: the rails' counters around round %d: %v (stderr: %s)", w.name, n, err, out["stderr"])
+		}
+		return before, after
+	}
+	srvBefore, srvAfter := side(srv, srvOut)
+	cliBefore, cliAfter := side(cli, cliOut)
+
 	runs := make([]railRun, len(ws.rails))
 	for k := range runs {
 		runs[k].idle = true
 	}
-	if err := waitListening(c, srv, ports); err != nil {
-		for _, k := range group {
-			runs[k] = railRun{err: err}
-		}
-	} else {
-		o, e, err := execCtx(c, workersNS, cli.name, "worker", "sh", "-c", inParallel(cliRuns, secs))
-		cliOut := perRun(o+e, len(group))
-		if !allCompleted(cliOut) {
-			// A server whose writer gave up would wait out its own
-			// limit for nothing.
-			execCtx(c, workersNS, srv.name, "worker", "busybox", "killall", "ib_write_bw")
-		}
-		srvOut := perRun(<-srvDone, len(group))
-		for i, k := range group {
-			runs[k].idle = false
-			runs[k].bw, runs[k].err = parseRun(cliOut[i], srvOut[i])
-			if err != nil && runs[k].err == nil {
-				runs[k].err = err
-			}
-		}
-	}
-	srvAfter, cliAfter := ws.counters(t, srv), ws.counters(t, cli)
+	cliRunOut, srvRunOut := perRun(cliOut, len(group)), perRun(srvOut, len(group))
 	mtu := 1024
-	for _, k := range group {
+	for i, k := range group {
+		runs[k].idle = false
+		runs[k].bw, runs[k].err = parseRun(cliRunOut[i], srvRunOut[i])
+		if err != nil && runs[k].err == nil {
+			runs[k].err = err
+		}
 		if m := mtuLine.FindStringSubmatch(runs[k].bw.Output); m != nil {
 			mtu, _ = strconv.Atoi(m[1])
 		}
@@ -308,13 +330,41 @@ func (ws railWorkers) round(t *testing.T, n int, group []int, srv, cli spanWorke
 		runs[k].want = int64(railSize * railIters / mtu)
 		runs[k].sent, runs[k].rcvd = cliAfter[k].minus(cliBefore[k]), srvAfter[k].minus(srvBefore[k])
 	}
-	return runs
+	return railRound{runs: runs, cliNeighbours: cliOut["neighbours"], srvMACs: strings.Fields(srvOut["macs"])}
+}
+
+// roundScript is one side's part of a round, a shell script whose output
+// parts each follow a line "@@@ NAME" (sections): with flush, its
+// neighbour tables emptied ("flush", FAILED in it if one could not be);
+// its rails' counters "before" the runs, which start at once
+// (inParallel), and "after" them; then its "neighbours" table and each
+// rail's netdev's MAC ("macs").
+func (ws railWorkers) roundScript(flush bool, argvs [][]string, secs int) string {
+	var b strings.Builder
+	if flush {
+		b.WriteString("echo '@@@ flush'\n")
+		for k := range ws.rails {
+			fmt.Fprintf(&b, "busybox ip neigh flush dev %s 2>&1 || echo FAILED\n", ifname(k))
+		}
+	}
+	counters := "cat " + strings.Join(ws.counterFiles(), " ")
+	fmt.Fprintf(&b, "echo '@@@ before'; %s\n", counters)
+	b.WriteString(inParallel(argvs, secs))
+	fmt.Fprintf(&b, "echo '@@@ after'; %s\n", counters)
+	b.WriteString("echo '@@@ neighbours'; busybox ip neigh show\n")
+	var macs []string
+	for k := range ws.rails {
+		macs = append(macs, "/sys/class/net/"+ifname(k)+"/address")
+	}
+	fmt.Fprintf(&b, "echo '@@@ macs'; cat %s\n", strings.Join(macs, " "))
+	return b.String()
 }
 
 // inParallel is a shell script that runs every argv at once, each under
 // busybox's timeout (secs), and then prints each one's output and exit
-// status after a line "@@run K". The outputs wait in /dev/shm, which
-// every container has writable (the tools image has no /tmp).
+// status (a line "@@status N") after a line "@@@ run K". The outputs wait
+// in /dev/shm, which every container has writable (the tools image has no
+// /tmp).
 func inParallel(argvs [][]string, secs int) string {
 	var b strings.Builder
 	for k, argv := range argvs {
@@ -322,9 +372,27 @@ func inParallel(argvs [][]string, secs int) string {
 	}
 	b.WriteString("wait\n")
 	for k := range argvs {
-		fmt.Fprintf(&b, "echo '@@run %d'; cat /dev/shm/rails-run-%d\n", k, k)
+		fmt.Fprintf(&b, "echo '@@@ run %d'; cat /dev/shm/rails-run-%d\n", k, k)
 	}
 	return b.String()
+}
+
+// withStderr is an exec's stdout with its stderr as a last section,
+// "stderr": stderr comes apart from stdout, and in stdout's last part it
+// would read as that part's.
+func withStderr(stdout, stderr string) string {
+	return stdout + "\n@@@ stderr\n" + stderr
+}
+
+// sections splits a script's output into the parts after each line
+// "@@@ NAME", by name.
+func sections(out string) map[string]string {
+	m := map[string]string{}
+	for _, part := range strings.Split(out, "@@@ ")[1:] {
+		name, rest, _ := strings.Cut(part, "\n")
+		m[strings.TrimSpace(name)] = rest
+	}
+	return m
 }
 
 // allCompleted reports whether every run of inParallel's output exited 0.
@@ -337,14 +405,11 @@ func allCompleted(runs []string) bool {
 	return true
 }
 
-// perRun splits inParallel's output into each run's.
-func perRun(out string, n int) []string {
+// perRun is each of n runs' output of inParallel, from its sections.
+func perRun(out map[string]string, n int) []string {
 	runs := make([]string, n)
-	for _, part := range strings.Split(out, "@@run ")[1:] {
-		num, rest, _ := strings.Cut(part, "\n")
-		if k, err := strconv.Atoi(strings.TrimSpace(num)); err == nil && k < n {
-			runs[k] = rest
-		}
+	for k := range runs {
+		runs[k] = out["run "+strconv.Itoa(k)]
 	}
 	return runs
 }
@@ -451,30 +516,22 @@ func (ws railWorkers) arpOf(t *testing.T, w spanWorker, netdev string) string {
 	return strings.Join(strings.Fields(out), "/")
 }
 
-// crossedNeighbours lists the entries of cli's neighbour table that hold
-// one of srv's rail addresses at the MAC of another of srv's rails: ARP
-// flux, what sends a rail's RoCE packets to another rail's NIC.
-func (ws railWorkers) crossedNeighbours(t *testing.T, srv, cli spanWorker) []string {
-	t.Helper()
+// crossedNeighbours lists the entries of the writer's neighbour table
+// after round rd that hold one of srv's rail addresses at the MAC of
+// another of srv's rails: ARP flux, what sends a rail's RoCE packets to
+// another rail's NIC.
+func (ws railWorkers) crossedNeighbours(rd railRound, srv, cli spanWorker) []string {
+	if len(rd.srvMACs) != len(ws.rails) {
+		return []string{fmt.Sprintf("%s's rails' MACs unread (%q)", srv.name, rd.srvMACs)}
+	}
 	macs := map[string]string{} // srv's rail address -> its netdev's MAC
 	owner := map[string]string{}
-	argv := []string{"cat"}
-	for k := range ws.rails {
-		argv = append(argv, "/sys/class/net/"+ifname(k)+"/address")
-	}
-	out, _, err := execIn(t, workersNS, srv.name, "worker", argv...)
-	if f := strings.Fields(out); err == nil && len(f) == len(ws.rails) {
-		for k, r := range ws.rails {
-			macs[r.ip(srv.node)] = f[k]
-			owner[f[k]] = ifname(k)
-		}
-	}
-	out, _, err = execIn(t, workersNS, cli.name, "worker", "busybox", "ip", "neigh", "show")
-	if err != nil {
-		return nil
+	for k, r := range ws.rails {
+		macs[r.ip(srv.node)] = rd.srvMACs[k]
+		owner[rd.srvMACs[k]] = ifname(k)
 	}
 	var crossed []string
-	for _, l := range strings.Split(out, "\n") {
+	for _, l := range strings.Split(rd.cliNeighbours, "\n") {
 		f := strings.Fields(l)
 		for i := 0; i+1 < len(f); i++ {
 			if f[i] != "lladdr" {
@@ -562,17 +619,17 @@ func railsAtARPDefaults(t *testing.T) {
 	kept := 0
 	for n := range rounds {
 		srv, cli := ws.pods[n%2], ws.pods[1-n%2]
-		ws.flushNeighbours(t)
-		// 20 s: a stream on its own rail takes 2-5 s here; one whose
-		// packets reach the other rail's NIC never completes.
-		runs := ws.round(t, n, both, srv, cli, 20*time.Second)
+		// 20 s: a stream on its own rail takes 2-10 s here; one whose
+		// packets reach the other rail's NIC never completes. Both
+		// neighbour tables flushed first: every round asks ARP again.
+		rd := ws.round(t, n, both, srv, cli, 20*time.Second, true)
 		ok := true
-		for k, run := range runs {
+		for k, run := range rd.runs {
 			t.Logf("at the kernel's ARP defaults, round %d: rail %s", n+1, run.describe(ws.rails[k], srv, cli))
 			hi := run.want + run.want*15/100
 			ok = ok && run.err == nil && run.sent.rdmaSent <= hi && run.rcvd.rdmaRcvd >= run.want && run.rcvd.rdmaRcvd <= hi
 		}
-		if crossed := ws.crossedNeighbours(t, srv, cli); len(crossed) > 0 {
+		if crossed := ws.crossedNeighbours(rd, srv, cli); len(crossed) > 0 {
 			t.Logf("round %d: ARP flux: %s", n+1, strings.Join(crossed, "; "))
 		}
 		if ok {
@@ -623,7 +680,7 @@ func TestBenchRails(t *testing.T) {
 			if i%2 == 1 {
 				j = len(kinds) - 1 - j
 			}
-			runs := ws.round(t, n, kinds[j].group, srv, cli, 2*time.Minute)
+			runs := ws.round(t, n, kinds[j].group, srv, cli, 2*time.Minute, false).runs
 			n++
 			ws.kept(t, runs, srv, cli)
 			var mbps float64

@@ -449,7 +449,7 @@ func (job railWorkers) perftest(t *testing.T) {
 	for d, dir := range [][2]spanWorker{{job.pods[0], job.pods[1]}, {job.pods[1], job.pods[0]}} {
 		srv, cli := dir[0], dir[1]
 		for _, g := range job.groups(d) {
-			job.kept(t, job.round(t, n, g, srv, cli, 2*time.Minute), srv, cli)
+			job.kept(t, job.round(t, n, g, srv, cli, 2*time.Minute, false).runs, srv, cli)
 			n++
 		}
 		lat, err := rig.SendLatBetween(ctx(t), srv.peerOn(job.rails[0].name), cli.peerOn(job.rails[0].name), 2, 500)
