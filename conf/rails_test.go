@@ -308,7 +308,8 @@ func railsPod(file string) (*corev1.Pod, error) {
 }
 
 // checkRailsPod: the example pod attaches every rail of the file in order,
-// and its NCCL_IB_HCA and UCX_NET_DEVICES list every rail's device.
+// its NCCL_IB_HCA and UCX_NET_DEVICES list every rail's device, and
+// UCX's rail counts allow every one.
 func checkRailsPod(t *testing.T, file string, rails []rail) {
 	t.Helper()
 	pod, err := railsPod(file)
@@ -352,6 +353,13 @@ func checkRailsPod(t *testing.T, file string, rails []rail) {
 	}
 	if got := strings.Split(env["UCX_NET_DEVICES"], ","); !slices.Equal(got, ucx) {
 		t.Errorf("UCX_NET_DEVICES %q, want %v", env["UCX_NET_DEVICES"], ucx)
+	}
+	// At UCX's defaults (1 and 2) an allreduce used the first rail alone
+	// (make bench-nodes's TestBenchRailsUCX).
+	for _, v := range []string{"UCX_MAX_EAGER_RAILS", "UCX_MAX_RNDV_RAILS"} {
+		if env[v] != strconv.Itoa(len(rails)) {
+			t.Errorf("%s %q, want %d: every rail, not UCX's default", v, env[v], len(rails))
+		}
 	}
 }
 
