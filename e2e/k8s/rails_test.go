@@ -99,13 +99,14 @@ type railWorkers struct {
 // on node 2) attached to every rail, in order (Multus names their netdevs
 // net1, net2, ...), its addresses in its network selection elements, and
 // waits for both to run, each seeing every rail's device by its name, which
-// its node no longer holds. The workers may flush their neighbour tables
+// its node no longer holds; env is added to the worker container's. The workers may flush their neighbour tables
 // (NET_ADMIN), as the rounds below do between runs.
-func startRailWorkers(t *testing.T, name string, rails []rail) railWorkers {
+func startRailWorkers(t *testing.T, name string, rails []rail, env ...corev1.EnvVar) railWorkers {
 	t.Helper()
 	return startRailWorkersOf(t, name, rails, func(w spanWorker) *corev1.Pod {
 		p := spanWorkerPod(w)
 		p.Spec.Containers[0].SecurityContext.Capabilities.Add = []corev1.Capability{"NET_ADMIN"}
+		p.Spec.Containers[0].Env = append(p.Spec.Containers[0].Env, env...)
 		return p
 	})
 }
@@ -610,7 +611,14 @@ func railsAtARPDefaults(t *testing.T) {
 			node.Rails, node.ARPDefaults, len(optimizedRails), 1+len(optimizedRails)+len(sharedRails))
 	}
 	applyManifest(t, "nad-rails-shared-bare")
-	ws := startRailWorkers(t, "bare", withDevs(t, sharedRails))
+	// UCX given both rails at its default rail counts, as a job that
+	// lists its rails and nothing more: the doctor must warn (rail-ucx).
+	var ucxDevs []string
+	for _, r := range sharedRails {
+		ucxDevs = append(ucxDevs, r.name+":1")
+	}
+	ws := startRailWorkers(t, "bare", withDevs(t, sharedRails),
+		corev1.EnvVar{Name: "UCX_NET_DEVICES", Value: strings.Join(ucxDevs, ",")}, corev1.EnvVar{Name: "UCX_TLS", Value: "ud_verbs,self"})
 	if got := ws.arpOf(t, ws.pods[0], "all") + " " + ws.arpOf(t, ws.pods[0], ifname(0)); got != "0/0 0/0" {
 		t.Fatalf("%s: arp_ignore/arp_announce (all, net1) %s, want the kernel's 0/0 0/0: the pair must boot with --arp-defaults (K8S_PAIR_OPTS)", ws.pods[0].name, got)
 	}
@@ -637,12 +645,16 @@ func railsAtARPDefaults(t *testing.T) {
 		}
 	}
 	t.Logf("at the kernel's ARP defaults, without tuning and sbr: %d of %d rounds kept every stream on its rail", kept, rounds)
-	var named bool
+	var named, ucx bool
 	for _, f := range ws.railFindings(t) {
 		named = named || f.Check == "rail-arp" && f.Severity == doctor.Fail
+		ucx = ucx || f.Check == "rail-ucx" && f.Severity == doctor.Warn
 	}
 	if !named {
 		t.Errorf("doctor on rails sharing a subnet at arp_ignore 0: no rail-arp FAIL")
+	}
+	if !ucx {
+		t.Errorf("doctor on a pod whose env gives UCX two rails at its default rail counts: no rail-ucx WARN")
 	}
 	ws.stop(t)
 }

@@ -188,6 +188,7 @@ func processFindings(r *Report, p *PodView) {
 			// give (its nodes are 0666), so not among lacks.
 			accessFinding(r, subj, pr, want)
 		}
+		ucxFinding(r, subj, pr, p.Devices)
 		if len(p.Devices) > 0 && len(lacks) > 0 {
 			// The three come together from the NRI plugin: one missing
 			// alone is a pod setting, all of them the plugin not running.

@@ -126,6 +126,9 @@ type Process struct {
 	// Ignored is set for the sandbox's pause process, whose limits do not
 	// matter.
 	Ignored bool `json:"ignored,omitempty"`
+	// UCX is what its environment sets of UCX's rails, nil when it sets
+	// no UCX variable.
+	UCX *UCXEnv `json:"ucx,omitempty"`
 }
 
 // ShmString renders the /dev/shm size for the table.
@@ -202,6 +205,7 @@ func (p Proc) Inspect(pid int) Process {
 		pr.Creds, pr.Nodes = inspectCreds(dir, string(status), pr.CharDevices)
 	}
 	pr.Ignored = pr.Comm == "pause"
+	pr.UCX = readUCXEnv(filepath.Join(dir, "environ"))
 	return pr
 }
 
