@@ -102,11 +102,10 @@ func railCount(v string, def int) int {
 }
 
 // ucxFinding checks a process that sets UCX variables in a pod holding
-// several rails: at UCX's default rail counts, eager messages (and on a
-// UD transport such as rxe's ud_verbs every byte) go over one rail and
-// rendezvous over two, whatever UCX_NET_DEVICES lists, and nothing warns;
-// an allreduce over four rails put every packet on the first
-// (docs/benchmarks.md).
+// several rails: at UCX's default rail counts eager messages go over one
+// rail and rendezvous over two, whatever UCX_NET_DEVICES lists, and
+// nothing warns; over rxe's ud_verbs an allreduce over four rails put
+// every packet on the first (docs/benchmarks.md).
 func ucxFinding(r *Report, subj string, pr Process, devs []Device) {
 	if pr.UCX == nil {
 		return
@@ -130,7 +129,7 @@ func ucxFinding(r *Report, subj string, pr Process, devs []Device) {
 		short = append(short, fmt.Sprintf("rendezvous on at most %d (UCX_MAX_RNDV_RAILS %s)", rndv, setOrDefault(pr.UCX.MaxRndvRails)))
 	}
 	r.add(Warn, "rail-ucx", subj,
-		fmt.Sprintf("UCX is given %d rails (%s) but sends %s: the other rails' NICs carry none of that traffic, and over a UD transport (ud_verbs) every byte goes as eager messages",
+		fmt.Sprintf("UCX is given %d rails (%s) but sends %s: the other rails' NICs carry none of that traffic (over rxe's ud_verbs an allreduce put every byte on the one eager rail)",
 			n, strings.Join(rails, " "), strings.Join(short, " and ")),
 		fmt.Sprintf("set UCX_MAX_EAGER_RAILS=%d and UCX_MAX_RNDV_RAILS=%d in the container's env (or mpirun -x), as conf/nad-rails.yaml's example pod does, and restart the job", n, n))
 }
