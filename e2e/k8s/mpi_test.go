@@ -205,12 +205,17 @@ func ucxOver(devs ...string) []string {
 // than runs over TCP. UCX's rail counts stay its own (UCX 1.13: eager
 // messages on one device, rendezvous on two), however many devs.
 func ucxAtDefaultRails(devs ...string) []string {
+	return []string{"--mca", "pml", "ucx", "-x", "UCX_NET_DEVICES=" + ucxPorts(devs),
+		"-x", "UCX_TLS=ud_verbs,self", "-x", "UCX_UD_VERBS_ETH_DGID_CHECK=n"}
+}
+
+// ucxPorts is UCX_NET_DEVICES for port 1 of each of devs.
+func ucxPorts(devs []string) string {
 	ports := make([]string, len(devs))
 	for i, d := range devs {
 		ports[i] = d + ":1"
 	}
-	return []string{"--mca", "pml", "ucx", "-x", "UCX_NET_DEVICES=" + strings.Join(ports, ","),
-		"-x", "UCX_TLS=ud_verbs,self", "-x", "UCX_UD_VERBS_ETH_DGID_CHECK=n"}
+	return strings.Join(ports, ",")
 }
 
 // runAllreduce runs allreduce.py from worker 0 and returns its result.
@@ -333,19 +338,17 @@ func (job railWorkers) allreduceOverRDMA(t *testing.T) {
 		before := podCounters(t, workers)
 		var railsBefore [2][]railCounters // per rail, read around the RDMA run only
 		if i == 0 {
-			railsBefore = [2][]railCounters{job.counters(t, workers[0]), job.counters(t, workers[1])}
+			railsBefore = job.countersNow(t)
 		}
 		r, out := runAllreduceWith(t, workers, tr.name, tr.args, size, iters)
 		after := podCounters(t, workers)
 		results[i] = r
 		moved[i] = map[string][2]int64{}
-		for w, wk := range workers {
+		for _, wk := range workers {
 			moved[i][wk.name] = [2]int64{after[wk.name][0] - before[wk.name][0], after[wk.name][1] - before[wk.name][1]}
-			if i == 0 {
-				for k, c := range job.counters(t, wk) {
-					perRail[w] = append(perRail[w], c.minus(railsBefore[w][k]))
-				}
-			}
+		}
+		if i == 0 {
+			perRail = job.countersSince(t, railsBefore)
 		}
 		t.Logf("allreduce over %s: %d ranks, %d B x %d (+%d warm-up) in %.2f s (%.4f GB/s algbw), each rank sent ~%d B; RoCE packets sent/received: %v\n%s",
 			tr.name, r.Ranks, r.BytesPerRank, r.Iterations, r.Warmup, r.Seconds, r.AlgBW, r.BytesSent, moved[i], lastLines(out, 5))

@@ -99,8 +99,9 @@ type railWorkers struct {
 // on node 2) attached to every rail, in order (Multus names their netdevs
 // net1, net2, ...), its addresses in its network selection elements, and
 // waits for both to run, each seeing every rail's device by its name, which
-// its node no longer holds; env is added to the worker container's. The workers may flush their neighbour tables
-// (NET_ADMIN), as the rounds below do between runs.
+// its node no longer holds; env is added to the worker container's. The
+// workers may flush their neighbour tables (NET_ADMIN), as the rounds
+// below do between runs.
 func startRailWorkers(t *testing.T, name string, rails []rail, env ...corev1.EnvVar) railWorkers {
 	t.Helper()
 	return startRailWorkersOf(t, name, rails, func(w spanWorker) *corev1.Pod {
@@ -221,6 +222,25 @@ func (ws railWorkers) counters(t *testing.T, w spanWorker) []railCounters {
 		t.Fatalf("%s: the rails' counters: %v", w.name, err)
 	}
 	return cs
+}
+
+// countersNow reads every rail's counters in both workers.
+func (ws railWorkers) countersNow(t *testing.T) [2][]railCounters {
+	t.Helper()
+	return [2][]railCounters{ws.counters(t, ws.pods[0]), ws.counters(t, ws.pods[1])}
+}
+
+// countersSince is what every rail of both workers counted since before
+// (countersNow).
+func (ws railWorkers) countersSince(t *testing.T, before [2][]railCounters) [2][]railCounters {
+	t.Helper()
+	var d [2][]railCounters
+	for w, now := range ws.countersNow(t) {
+		for k, c := range now {
+			d[w] = append(d[w], c.minus(before[w][k]))
+		}
+	}
+	return d
 }
 
 // railRun is one rail's stream of a round: what ib_write_bw said and the
@@ -613,12 +633,12 @@ func railsAtARPDefaults(t *testing.T) {
 	applyManifest(t, "nad-rails-shared-bare")
 	// UCX given both rails at its default rail counts, as a job that
 	// lists its rails and nothing more: the doctor must warn (rail-ucx).
-	var ucxDevs []string
+	var devs []string
 	for _, r := range sharedRails {
-		ucxDevs = append(ucxDevs, r.name+":1")
+		devs = append(devs, r.name)
 	}
 	ws := startRailWorkers(t, "bare", withDevs(t, sharedRails),
-		corev1.EnvVar{Name: "UCX_NET_DEVICES", Value: strings.Join(ucxDevs, ",")}, corev1.EnvVar{Name: "UCX_TLS", Value: "ud_verbs,self"})
+		corev1.EnvVar{Name: "UCX_NET_DEVICES", Value: ucxPorts(devs)}, corev1.EnvVar{Name: "UCX_TLS", Value: "ud_verbs,self"})
 	if got := ws.arpOf(t, ws.pods[0], "all") + " " + ws.arpOf(t, ws.pods[0], ifname(0)); got != "0/0 0/0" {
 		t.Fatalf("%s: arp_ignore/arp_announce (all, net1) %s, want the kernel's 0/0 0/0: the pair must boot with --arp-defaults (K8S_PAIR_OPTS)", ws.pods[0].name, got)
 	}

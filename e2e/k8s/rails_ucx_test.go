@@ -85,14 +85,9 @@ func TestBenchRailsUCX(t *testing.T) {
 func (job railWorkers) ucxRailRun(t *testing.T, k ucxRailKind, mtu int64) ucxRailRun {
 	t.Helper()
 	workers := job.pods[:]
-	before := [2][]railCounters{job.counters(t, workers[0]), job.counters(t, workers[1])}
+	before := job.countersNow(t)
 	r, _ := runAllreduceWith(t, workers, "RDMA, "+k.label, k.args, ucxRailBytes, ucxRailIters)
-	run := ucxRailRun{seconds: r.Seconds}
-	for w, wk := range workers {
-		for rl, c := range job.counters(t, wk) {
-			run.rails[w] = append(run.rails[w], c.minus(before[w][rl]))
-		}
-	}
+	run := ucxRailRun{seconds: r.Seconds, rails: job.countersSince(t, before)}
 	need := r.BytesSent / mtu
 	for w, wk := range workers {
 		var sent, rcvd int64
