@@ -58,6 +58,13 @@ args2_again=${5:-$args2}
 mkdir -p "$out"
 log() { printf '[vm-pair] %s\n' "$*" >&2; }
 
+# Both nodes boot the same kernel and initramfs: prepare them once, here,
+# so that a failure is said once and no node boots, rather than each node
+# preparing (and failing) in turn under the cache's lock.
+prep=$("$SCRIPTS_DIR/vm-prepare.sh" --print-env) && eval "$prep" &&
+  "$SCRIPTS_DIR/vm-prepare-cri.sh" "$VM_CACHE_DIR/initramfs-base" > /dev/null ||
+  { log "preparing the test VM failed (the ERROR line above): no node booted"; exit 125; }
+
 # vm N LINK ARGS: boots node N in a session of its own, so that a failure
 # can stop the whole VM by its session ID (vm-run.sh's `timeout` puts QEMU
 # in a process group of its own, out of reach of a signal to its group).

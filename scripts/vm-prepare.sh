@@ -64,43 +64,28 @@ exec 9>"$CACHE_ROOT/.lock"
 flock 9
 
 # ---------------------------------------------------------------------------
-# Which kernel: whatever linux-image-amd64 currently points at. Asked of apt at
-# run time so a Debian ABI bump is picked up without editing anything here.
+# Which kernel: a set the archive holds (kernel-set.sh: linux-image-amd64's
+# candidate, its headers, and kbuild and source at versions the archive
+# still offers), asked of apt at run time so a Debian update is picked up
+# without editing anything here.
 # ---------------------------------------------------------------------------
-kernel_pkg() {
-  apt-cache depends linux-image-amd64 2>/dev/null \
-    | awk '$1 == "Depends:" && $2 ~ /^linux-image-[0-9]/ { print $2; exit }'
-}
 resolve_kernel() {
-  IMAGE_PKG=$(kernel_pkg || true)
-  ABI=${IMAGE_PKG#linux-image-}                     # e.g. 6.1.0-56-amd64
-  KVER=""
-  [ -z "$IMAGE_PKG" ] || KVER=$(apt-cache policy "$IMAGE_PKG" | awk '/Candidate:/ { print $2 }')
+  local out
+  out=$("$SCRIPTS_DIR/kernel-set.sh" 2>"$CACHE_ROOT/.kernel-set.err") || return 1
+  eval "$out"
 }
-resolve_kernel
 # A kernel that is not cached yet is about to be downloaded: a machine's apt
-# lists may be weeks old and name an ABI the mirror no longer carries, so
+# lists may be weeks old and name versions the mirror no longer carries, so
 # refresh them first. A cached kernel needs no network at all.
-if [ -z "$KVER" ] || [ "$KVER" = "(none)" ] || [ ! -f "$CACHE_ROOT/${ABI}_${KVER}/.root.stamp" ]; then
+if ! resolve_kernel || [ ! -f "$CACHE_ROOT/${ABI}_${KVER}/.root.stamp" ]; then
   apt_update_once
-  resolve_kernel
+  resolve_kernel || die "$(cat "$CACHE_ROOT/.kernel-set.err")"
 fi
-[ -n "$IMAGE_PKG" ] || die "apt-cache depends linux-image-amd64 names no linux-image-* package"
-[ -n "$KVER" ] && [ "$KVER" != "(none)" ] || die "no candidate version for $IMAGE_PKG"
 SERIES=$(echo "$ABI" | cut -d. -f1-2)                # e.g. 6.1
-HEADERS_PKG="linux-headers-$ABI"
-# The arch headers depend on the common headers, kbuild and a compiler
-# package; take their names from apt rather than guessing them.
-HEADERS_DEPS=$(apt-cache depends "$HEADERS_PKG" | awk '$1 == "Depends:" { print $2 }')
-COMMON_PKG=$(echo "$HEADERS_DEPS" | grep -E '^linux-headers-.*-common$' | head -n1 || true)
-KBUILD_PKG=$(echo "$HEADERS_DEPS" | grep -E '^linux-kbuild-' | head -n1 || true)
-COMPILER_PKG=$(echo "$HEADERS_DEPS" | grep -E '^linux-compiler-' | head -n1 || true)
-[ -n "$COMMON_PKG" ] && [ -n "$KBUILD_PKG" ] || die "cannot resolve dependencies of $HEADERS_PKG"
-SOURCE_PKG="linux-source-$SERIES"
-
 KDIR="$CACHE_ROOT/${ABI}_${KVER}"
 mkdir -p "$KDIR"
 log "kernel $ABI (package version $KVER), cache $KDIR"
+[ -z "$NOTE" ] || log "chosen: $NOTE"
 
 # ---------------------------------------------------------------------------
 # Host packages.
@@ -131,16 +116,17 @@ sha() { sha256sum "$@" | awk '{ print $1 }' | sha256sum | cut -c1-16; }
 # ---------------------------------------------------------------------------
 DEBS="$KDIR/debs"
 ROOT="$KDIR/root"
-KEY_ROOT="$IMAGE_PKG=$KVER $HEADERS_PKG $COMMON_PKG $KBUILD_PKG $SOURCE_PKG=$KVER v2"
+KEY_ROOT="$IMAGE_PKG=$KVER $HEADERS_PKG $COMMON_PKG $KBUILD_PKG=$KBUILD_VER $SOURCE_PKG=$SOURCE_VER v3"
 if ! stamp_ok "$KDIR/.root.stamp" "$KEY_ROOT"; then
   rm -rf "$DEBS" "$ROOT" "$KDIR/src"
   mkdir -p "$DEBS" "$ROOT"
-  log "downloading $IMAGE_PKG $HEADERS_PKG $COMMON_PKG $KBUILD_PKG $SOURCE_PKG ($KVER)"
-  # Pin every package to the image version: the rxe source must be exactly
-  # the kernel we boot, or the module will not load (vermagic/symbol CRCs).
-  (cd "$DEBS" && run_logged apt-get download \
-    "$IMAGE_PKG=$KVER" "$HEADERS_PKG=$KVER" "$COMMON_PKG=$KVER" \
-    "$KBUILD_PKG=$KVER" "$SOURCE_PKG=$KVER")
+  set -- "$IMAGE_PKG=$KVER" "$HEADERS_PKG=$KVER" "$COMMON_PKG=$KVER" "$KBUILD_PKG=$KBUILD_VER" "$SOURCE_PKG=$SOURCE_VER"
+  log "downloading $*"
+  # The image and both headers at one version: the module's vermagic and
+  # symbol CRCs come from the headers of the kernel we boot (checked below).
+  if ! (cd "$DEBS" && apt-get download "$@" >"$KDIR/download.log" 2>&1); then
+    die "apt-get download $* failed ($(grep -m1 '^E:' "$KDIR/download.log" || tail -n1 "$KDIR/download.log")): the archive changed since apt-get update; run it again (it updates the lists first), or pin VM_KERNEL_VERSION (scripts/README.md)"
+  fi
   for d in "$DEBS"/linux-image-*.deb "$DEBS"/linux-headers-*.deb "$DEBS"/linux-kbuild-*.deb; do
     log "extracting $(basename "$d")"
     dpkg-deb -x "$d" "$ROOT"
@@ -164,7 +150,7 @@ if ! stamp_ok "$KDIR/.src.stamp" "$KEY_ROOT"; then
   rm -rf "$KDIR/src"
   mkdir -p "$KDIR/src/tmp"
   log "extracting drivers/infiniband/sw/rxe from $SOURCE_PKG (one-time)"
-  dpkg-deb --fsys-tarfile "$DEBS/${SOURCE_PKG}_${KVER}_all.deb" \
+  dpkg-deb --fsys-tarfile "$DEBS/${SOURCE_PKG}_${SOURCE_VER}_all.deb" \
     | tar -x -O "./usr/src/$SOURCE_PKG.tar.xz" \
     | tar -xJ -C "$KDIR/src/tmp" "$SOURCE_PKG/drivers/infiniband/sw/rxe"
   mv "$KDIR/src/tmp/$SOURCE_PKG/drivers/infiniband/sw/rxe" "$RXE_ORIG"

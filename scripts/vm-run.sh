@@ -156,8 +156,11 @@ fi
 # The user-mode NIC's PCI slot: after the last test NIC's (3 + 28 - 1).
 HOSTNET_PCI=0000:00:1f.0
 
-eval "$("$SCRIPTS_DIR/vm-prepare.sh" --print-env)"
-eval "$("$SCRIPTS_DIR/vm-prepare-cri.sh" "$VM_CACHE_DIR/initramfs-base" --print-env)"
+# A failed prepare has said why (one ERROR line): stop here, as a VM failure.
+prep=$("$SCRIPTS_DIR/vm-prepare.sh" --print-env) || exit 125
+eval "$prep"
+prep=$("$SCRIPTS_DIR/vm-prepare-cri.sh" "$VM_CACHE_DIR/initramfs-base" --print-env) || exit 125
+eval "$prep"
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/vm-run.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
