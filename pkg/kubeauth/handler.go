@@ -25,9 +25,18 @@ type Reviewer interface {
 // within a minute.
 const DefaultCacheTTL = time.Minute
 
-// maxCached bounds the verdicts kept: tokens come from the network, and a
-// flood of made-up ones must not grow the cache without end.
+// maxCached bounds the verdicts kept on tokens not allowed: tokens come
+// from the network, and a flood of made-up ones must not grow the cache
+// without end.
 const maxCached = 4096
+
+// maxAllowed bounds the tokens remembered as allowed, kept apart from the
+// others so that a flood of made-up tokens filling the cache cannot make
+// a scraper's token new again. Only a token RBAC lets get the path gets
+// in, and a scraper brings a new one when the kubelet renews its projected
+// token (within the hour by default), so the bound is far; when it is
+// reached, the token whose verdict expired first goes.
+const maxAllowed = 1024
 
 // maxReviews bounds the reviews in flight at once, so a flood of made-up
 // tokens on one node costs the API server a few requests at a time.
@@ -44,6 +53,17 @@ const maxReviews = 4
 // scrape). Reviews past it are refused at once (429).
 const maxReviewsPerSource = 2
 
+// maxReReviews bounds the re-reviews in flight: reviews of a token whose
+// last review allowed it, once that verdict expired. New tokens cannot
+// take these slots, so however many addresses flood the exporter with
+// made-up tokens, a scraper let in before is reviewed again and answered
+// (a flood that holds maxReviews would otherwise refuse it from its
+// verdict's expiry on). A scraper needs one per token and TTL, for a
+// review's 0.1 s; 2 leaves room for a second one expiring at the same
+// moment (Prometheus's HA pair). A re-review finding both busy takes a
+// slot as a new token would.
+const maxReReviews = 2
+
 // retryAfter is the Retry-After, in seconds, of a refusal for want of a
 // review slot: a review takes about 0.1 s (docs/benchmarks.md), so slots
 // free up within a second unless a flood keeps them busy.
@@ -56,7 +76,8 @@ const retryAfter = "1"
 // served that no review allowed). A token without a cached verdict that
 // finds no review slot is refused at once, with Retry-After: 429 when
 // its address has maxReviewsPerSource reviews in flight, 503 when all
-// maxReviews are.
+// maxReviews are. A token allowed at its last review is re-reviewed, once
+// its verdict expired, in maxReReviews slots of its own first.
 type Guard struct {
 	Reviewer Reviewer
 	// Path is the non-resource URL checked (kube-rbac-proxy's default is
@@ -65,10 +86,15 @@ type Guard struct {
 	TTL  time.Duration
 	now  func() time.Time
 
-	mu     sync.Mutex // guards cache and logged
-	cache  map[[sha256.Size]byte]verdict
-	logged [refusalKinds]logLimit
-	slots  reviewSlots
+	mu sync.Mutex // guards cache, allowed and logged
+	// cache holds the verdicts on tokens not allowed.
+	cache map[[sha256.Size]byte]verdict
+	// allowed holds the expiry of the verdict on each token whose last
+	// review allowed it, past that expiry too: then the token may take a
+	// re-review slot. A review that does not allow it takes it out.
+	allowed map[[sha256.Size]byte]time.Time
+	logged  [refusalKinds]logLimit
+	slots   reviewSlots
 }
 
 type verdict struct {
@@ -84,6 +110,7 @@ func NewGuard(r Reviewer, path string) *Guard {
 		TTL:      DefaultCacheTTL,
 		now:      time.Now,
 		cache:    map[[sha256.Size]byte]verdict{},
+		allowed:  map[[sha256.Size]byte]time.Time{},
 		slots:    reviewSlots{bySource: map[netip.Addr]int{}},
 	}
 }
@@ -144,14 +171,16 @@ func (g *Guard) verdict(ctx context.Context, token string, src netip.Addr) (Verd
 	key := sha256.Sum256([]byte(token)) // the cache holds no token
 	// Before taking a slot: a token reviewed once costs nothing while its
 	// verdict lasts, however busy the slots are.
-	if v, ok := g.cached(key); ok {
+	v, ok, wasAllowed := g.cached(key)
+	if ok {
 		return v, nil
 	}
-	if err := g.slots.take(src); err != nil {
+	release, err := g.slots.take(src, wasAllowed)
+	if err != nil {
 		g.logBusy(err, src)
 		return Unauthenticated, err
 	}
-	defer g.slots.give(src)
+	defer release()
 	v, u, err := g.Reviewer.Review(ctx, token, g.Path, "get")
 	if err != nil {
 		g.logRefusal(reviewFailed, "rdma-netns-exporter: refusing a scrape of %s, the token could not be reviewed: %v (the exporter's ServiceAccount needs to reach the API server and create tokenreviews and subjectaccessreviews)", g.Path, err)
@@ -169,24 +198,58 @@ func (g *Guard) logBusy(err error, src netip.Addr) {
 		g.logRefusal(sourceBusy, "rdma-netns-exporter: refused a scrape of %s from %s with 429: %d reviews of new tokens from that address are in flight already (a client making up tokens?)", g.Path, src, maxReviewsPerSource)
 		return
 	}
-	g.logRefusal(allBusy, "rdma-netns-exporter: refused a scrape of %s from %s with 503: all %d token reviews are in flight already (new tokens from several addresses at once; a scraper whose token was reviewed is not refused)", g.Path, src, maxReviews)
+	g.logRefusal(allBusy, "rdma-netns-exporter: refused a scrape of %s from %s with 503: all %d reviews of new tokens are in flight already (new tokens from several addresses at once; a scraper whose token was allowed is reviewed again in %d slots new tokens cannot take)", g.Path, src, maxReviews, maxReReviews)
 }
 
-func (g *Guard) cached(key [sha256.Size]byte) (Verdict, bool) {
+// cached is the verdict kept on key, if it has not expired (ok), and
+// whether the token's last review allowed it.
+func (g *Guard) cached(key [sha256.Size]byte) (v Verdict, ok, wasAllowed bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	c, ok := g.cache[key]
-	if !ok || !g.now().Before(c.expires) {
-		return Unauthenticated, false
+	now := g.now()
+	if expires, was := g.allowed[key]; was {
+		return Allowed, now.Before(expires), true
 	}
-	return c.v, true
+	c, ok := g.cache[key]
+	if !ok || !now.Before(c.expires) {
+		return Unauthenticated, false, false
+	}
+	return c.v, true, false
 }
 
-// keep caches v; when the cache is full it drops what expired, and keeps
-// nothing new if that freed no room.
+// keep keeps v, an allowed verdict among the allowed, any other in the
+// cache (and the token no longer among the allowed).
 func (g *Guard) keep(key [sha256.Size]byte, v verdict) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if v.v == Allowed {
+		delete(g.cache, key)
+		g.keepAllowed(key, v.expires)
+		return
+	}
+	delete(g.allowed, key)
+	g.keepCached(key, v)
+}
+
+// keepAllowed remembers key as allowed until expires; when full, it
+// forgets the token whose verdict expired first.
+func (g *Guard) keepAllowed(key [sha256.Size]byte, expires time.Time) {
+	if _, ok := g.allowed[key]; !ok && len(g.allowed) >= maxAllowed {
+		var first [sha256.Size]byte
+		var firstExpires time.Time
+		for k, e := range g.allowed {
+			if firstExpires.IsZero() || e.Before(firstExpires) {
+				first, firstExpires = k, e
+			}
+		}
+		delete(g.allowed, first)
+	}
+	g.allowed[key] = expires
+}
+
+// keepCached caches v; when the cache is full it drops what expired, and
+// keeps nothing new if that freed no room.
+func (g *Guard) keepCached(key [sha256.Size]byte, v verdict) {
 	if len(g.cache) >= maxCached {
 		now := g.now()
 		for k, c := range g.cache {

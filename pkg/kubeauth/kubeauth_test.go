@@ -1,8 +1,10 @@
 package kubeauth
 
 import (
+	"crypto/sha256"
 	"encoding/json"
 	"encoding/pem"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -259,7 +261,8 @@ func TestGuardCacheIsBounded(t *testing.T) {
 	}
 }
 
-// Made-up tokens fill the cache up to its bound, not beyond.
+// Made-up tokens fill the cache up to its bound, not beyond; once they
+// expired, a new verdict finds room.
 func TestGuardCacheSize(t *testing.T) {
 	g := NewGuard(nil, "/metrics")
 	clock := &fakeClock{t: time.Unix(1e9, 0)}
@@ -271,9 +274,36 @@ func TestGuardCacheSize(t *testing.T) {
 		t.Errorf("cache of %d verdicts, want at most %d", n, maxCached)
 	}
 	clock.advance(g.TTL)
-	g.keep([32]byte{0xff}, verdict{v: Allowed, expires: clock.now().Add(g.TTL)})
+	g.keep([32]byte{0xff}, verdict{v: Forbidden, expires: clock.now().Add(g.TTL)})
 	if n := len(g.cache); n != 1 {
 		t.Errorf("cache of %d verdicts after the others expired, want the new one only", n)
+	}
+}
+
+// Allowed tokens are remembered up to their own bound, past it the one
+// whose verdict expired first forgotten; a review that does not allow a
+// token any more takes it out (no re-review slot for it).
+func TestGuardAllowedSize(t *testing.T) {
+	g := NewGuard(nil, "/metrics")
+	clock := &fakeClock{t: time.Unix(1e9, 0)}
+	g.now = clock.now
+	key := func(i int) [32]byte { return sha256.Sum256(fmt.Appendf(nil, "token-%d", i)) }
+	for i := range maxAllowed + 10 {
+		g.keep(key(i), verdict{v: Allowed, expires: clock.now().Add(g.TTL)})
+		clock.advance(time.Millisecond)
+	}
+	if n := len(g.allowed); n != maxAllowed {
+		t.Errorf("%d tokens remembered as allowed, want at most %d", n, maxAllowed)
+	}
+	for i, want := range map[int]bool{0: false, 9: false, 10: true, maxAllowed + 9: true} {
+		if _, _, was := g.cached(key(i)); was != want {
+			t.Errorf("allowed token %d of %d remembered: %v, want %v (the earliest-expiring go)", i, maxAllowed+10, was, want)
+		}
+	}
+	clock.advance(g.TTL)
+	g.keep(key(10), verdict{v: Forbidden, expires: clock.now().Add(g.TTL)})
+	if v, ok, was := g.cached(key(10)); v != Forbidden || !ok || was {
+		t.Errorf("a token allowed, then forbidden: kept %v (fresh %v), remembered as allowed %v; want forbidden, fresh, not allowed", v, ok, was)
 	}
 }
 

@@ -15,32 +15,47 @@ var (
 	errAllBusy    = errors.New("the reviews of all addresses are at their bound")
 )
 
-// reviewSlots counts the reviews in flight, in all and per source. A
-// request that finds no slot is refused, never queued: a queue behind a
-// flood is where a real scrape would wait until its client gave up.
+// reviewSlots counts the reviews in flight: of new tokens, in all and per
+// source, and re-reviews of tokens allowed before. A request that finds no
+// slot is refused, never queued: a queue behind a flood is where a real
+// scrape would wait until its client gave up.
 type reviewSlots struct {
 	mu       sync.Mutex
 	inFlight int
 	// bySource holds only the sources with a review in flight, so it is
 	// no larger than maxReviews however many addresses call.
-	bySource map[netip.Addr]int
+	bySource  map[netip.Addr]int
+	reReviews int
 }
 
-// take gives src a slot, or says why not. The source's own bound is
-// checked first: a source over it is told so (429) even when all slots
-// are busy too.
-func (s *reviewSlots) take(src netip.Addr) error {
+// take gives src a slot, a re-review slot first if wasAllowed, or says
+// why not; release gives the slot back. The source's own bound is checked
+// first: a source over it is told so (429) even when all slots are busy
+// too. A re-review slot ignores the source's bound: only a token allowed
+// before takes one, whichever address sends it (Prometheus's may share
+// its address with a flooding pod).
+func (s *reviewSlots) take(src netip.Addr, wasAllowed bool) (release func(), err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if wasAllowed && s.reReviews < maxReReviews {
+		s.reReviews++
+		return s.giveReReview, nil
+	}
 	switch {
 	case s.bySource[src] >= maxReviewsPerSource:
-		return errSourceBusy
+		return nil, errSourceBusy
 	case s.inFlight >= maxReviews:
-		return errAllBusy
+		return nil, errAllBusy
 	}
 	s.inFlight++
 	s.bySource[src]++
-	return nil
+	return func() { s.give(src) }, nil
+}
+
+func (s *reviewSlots) giveReReview() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.reReviews--
 }
 
 // give returns src's slot.

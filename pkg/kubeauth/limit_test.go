@@ -3,9 +3,11 @@ package kubeauth
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -18,18 +20,23 @@ import (
 // of any other (a made-up token) until release, telling held of each: an
 // API server slow to answer a flood, so that the flood keeps its slots.
 type floodReviewer struct {
-	known   map[string]Verdict
 	held    chan string
 	release chan struct{}
-	mu      sync.Mutex
+	mu      sync.Mutex // guards known, reviews and byToken
+	known   map[string]Verdict
 	reviews int
+	byToken map[string]int // reviews of the known tokens
 }
 
 func (f *floodReviewer) Review(ctx context.Context, token, _, _ string) (Verdict, User, error) {
 	f.mu.Lock()
 	f.reviews++
+	v, ok := f.known[token]
+	if ok {
+		f.byToken[token]++
+	}
 	f.mu.Unlock()
-	if v, ok := f.known[token]; ok {
+	if ok {
 		return v, User{Username: prometheusUser}, nil
 	}
 	f.held <- token
@@ -45,6 +52,19 @@ func (f *floodReviewer) count() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.reviews
+}
+
+func (f *floodReviewer) countOf(token string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.byToken[token]
+}
+
+// set makes the API server answer v for token from now on.
+func (f *floodReviewer) set(token string, v Verdict) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.known[token] = v
 }
 
 // clientPatience is how long a request that must not wait is given before
@@ -68,7 +88,11 @@ type floodRig struct {
 
 func newFloodRig(t *testing.T) *floodRig {
 	rev := &floodReviewer{
-		known:   map[string]Verdict{"prom-token": Allowed, "prom-token-2": Allowed},
+		known: map[string]Verdict{
+			"prom-token": Allowed, "prom-token-2": Allowed,
+			"tenant-token": Forbidden, "expired-token": Unauthenticated,
+		},
+		byToken: map[string]int{},
 		held:    make(chan string, 1000),
 		release: make(chan struct{}),
 	}
@@ -93,7 +117,7 @@ func (r *floodRig) releaseAll() {
 // comes on the channel.
 func (r *floodRig) send(ctx context.Context, addr, token string) <-chan *http.Response {
 	req := httptest.NewRequestWithContext(ctx, http.MethodGet, "/metrics", nil)
-	req.RemoteAddr = addr + ":40000"
+	req.RemoteAddr = net.JoinHostPort(addr, "40000")
 	req.Header.Set("Authorization", "Bearer "+token)
 	answer := make(chan *http.Response, 1)
 	r.wg.Go(func() {
@@ -199,6 +223,92 @@ func TestGuardBusyFailsFast(t *testing.T) {
 	}
 	if resp := <-r.send(context.Background(), "10.0.2.1", "prom-token-2"); resp.StatusCode != http.StatusOK {
 		t.Errorf("a valid token once the slots are free: %s, want 200", resp.Status)
+	}
+}
+
+// wantNoSlot checks resp is a refusal for want of a review slot: 429 or
+// 503, with a Retry-After.
+func wantNoSlot(t *testing.T, what string, resp *http.Response) {
+	t.Helper()
+	if (resp.StatusCode != http.StatusTooManyRequests && resp.StatusCode != http.StatusServiceUnavailable) || resp.Header.Get("Retry-After") == "" {
+		t.Errorf("%s: %s (Retry-After %q), want 429 or 503 with a Retry-After", what, resp.Status, resp.Header.Get("Retry-After"))
+	}
+}
+
+// floodAddrs make up tokens: four pods, and four addresses of one IPv6
+// host.
+var floodAddrs = []string{"10.0.1.1", "10.0.1.2", "10.0.2.1", "10.0.2.2", "2001:db8::1", "2001:db8::2", "2001:db8::3", "2001:db8::4"}
+
+// A flood of made-up tokens from 8 addresses keeps every slot for the
+// reviews of new tokens busy for three verdict lifetimes. Prometheus,
+// whose token was allowed before the flood, scrapes every 30 s and is
+// answered 200 every time: once its verdict expired, its re-review takes a
+// slot that new tokens cannot. It is re-reviewed once a lifetime all the
+// same (no verdict outlives its TTL: a binding removed mid-flood is 403
+// within one), and tokens that were denied get no such slot: re-presented
+// once their verdicts expired, they are refused as new tokens are.
+func TestGuardFloodKeepsAllowedScraper(t *testing.T) {
+	r := newFloodRig(t)
+	const prom = "10.0.0.9"
+	for token, want := range map[string]int{"prom-token": http.StatusOK, "tenant-token": http.StatusForbidden, "expired-token": http.StatusUnauthorized} {
+		if resp := r.answer(prom, token); resp.StatusCode != want {
+			t.Fatalf("%s before the flood: %s, want %d", token, resp.Status, want)
+		}
+	}
+	for i, addr := range floodAddrs {
+		if i < maxReviews {
+			r.hold(addr, madeUp(i))
+			continue
+		}
+		wantNoSlot(t, "a made-up token from "+addr+", the flood holding every slot", r.answer(addr, madeUp(i)))
+	}
+	const scrapeInterval = 30 * time.Second
+	lifetime := r.guard.TTL
+	for elapsed := scrapeInterval; elapsed <= 3*lifetime; elapsed += scrapeInterval {
+		r.clock.advance(scrapeInterval)
+		for i, addr := range floodAddrs {
+			wantNoSlot(t, fmt.Sprintf("%v into the flood, a made-up token from %s", elapsed, addr), r.answer(addr, madeUp(int(elapsed/time.Second)*100+i)))
+		}
+		if elapsed >= lifetime {
+			for i, token := range []string{"tenant-token", "expired-token"} {
+				wantNoSlot(t, fmt.Sprintf("%v into the flood, %s re-presented", elapsed, token), r.answer(floodAddrs[i], token))
+			}
+		}
+		if resp := r.answer(prom, "prom-token"); resp.StatusCode != http.StatusOK {
+			t.Errorf("%v into the flood (verdicts last %v), Prometheus's scrape: %s, want 200", elapsed, lifetime, resp.Status)
+		}
+	}
+	if n := r.rev.countOf("prom-token"); n != 4 {
+		t.Errorf("Prometheus's token reviewed %d times over three lifetimes of flood, want 4 (before it, then once a lifetime)", n)
+	}
+	wantRefused(t, "a new valid token during the flood", r.answer(prom, "prom-token-2"), http.StatusServiceUnavailable)
+	r.rev.set("prom-token", Forbidden)
+	r.clock.advance(lifetime)
+	if resp := r.answer(prom, "prom-token"); resp.StatusCode != http.StatusForbidden {
+		t.Errorf("Prometheus's binding removed, a lifetime later during the flood: %s, want 403", resp.Status)
+	}
+	r.clock.advance(lifetime)
+	wantRefused(t, "Prometheus's token, denied at its last review, a lifetime later", r.answer(prom, "prom-token"), http.StatusServiceUnavailable)
+}
+
+// A flood fast enough to fill the verdict cache with its made-up tokens
+// does not make Prometheus's token new again: once its verdict expired,
+// with every slot for new tokens held, it is re-reviewed and served.
+func TestGuardFullCacheKeepsAllowedScraper(t *testing.T) {
+	r := newFloodRig(t)
+	if resp := r.answer("10.0.0.9", "prom-token"); resp.StatusCode != http.StatusOK {
+		t.Fatalf("Prometheus's token before the flood: %s, want 200", resp.Status)
+	}
+	r.clock.advance(r.guard.TTL - time.Second)
+	for i := range maxCached + 10 { // the verdicts of made-up tokens the API server answered at once
+		r.guard.keep(sha256.Sum256([]byte(madeUp(i))), verdict{v: Unauthenticated, expires: r.clock.now().Add(r.guard.TTL)})
+	}
+	r.clock.advance(time.Second)
+	for i, addr := range floodAddrs[:maxReviews] {
+		r.hold(addr, madeUp(maxCached+100+i))
+	}
+	if resp := r.answer("10.0.0.9", "prom-token"); resp.StatusCode != http.StatusOK {
+		t.Errorf("Prometheus's token, its verdict expired, the cache full of made-up tokens' and every slot held: %s, want 200", resp.Status)
 	}
 }
 
