@@ -51,7 +51,7 @@ func (c *call) add() error {
 	if err := c.key().ValidateRuntime(); err != nil {
 		return types.NewError(types.ErrInvalidEnvironmentVariables, err.Error(), "")
 	}
-	if err := state.ValidateIfName(c.args.IfName); err != nil {
+	if err := state.ValidatePlainIfName(c.args.IfName); err != nil {
 		return types.NewError(types.ErrInvalidEnvironmentVariables, err.Error()+
 			"; nothing was changed. Name the pod's interface (the \"interface\" of its network-selection element) with letters, digits, '-', '_' or '.'", "")
 	}

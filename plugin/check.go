@@ -51,6 +51,12 @@ func (c *call) check() error {
 	}
 	rec, err := st.Get(c.key())
 	if errors.Is(err, state.ErrNotFound) {
+		if perr := state.ValidatePlainIfName(c.args.IfName); perr != nil {
+			// ADD refused the name and attached nothing; a record an
+			// older ADD wrote under it is checked like any other.
+			c.log.Infof("nothing to check: ADD refuses this interface name (%v)", perr)
+			return nil
+		}
 		return fmt.Errorf("no RDMA device is recorded for %s: ADD did not run or did not finish", c.key())
 	}
 	if err != nil {

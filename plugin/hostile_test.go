@@ -10,23 +10,27 @@ import (
 )
 
 // A pod names its interface in its network-selection element ("interface"),
-// and libcni, skel and the kernel accept bytes that ADD refuses in a record
-// key. DEL runs before host-device's in the chain and libcni stops at the
-// first failure: a DEL that failed on the name would keep host-device from
-// returning the NIC, and the kernel would bring it home under the pod's
-// name. So ADD refuses the name and changes nothing, and DEL, CHECK and GC
-// succeed on it.
+// and libcni, skel and the kernel accept bytes that ADD refuses: control
+// characters, and what a shell reads (';', quotes, a backquote) when the
+// doctor prints the name to an operator. DEL runs before host-device's in
+// the chain and libcni stops at the first failure: a DEL that failed on
+// the name would keep host-device from returning the NIC, and the kernel
+// would bring it home under the pod's name. So ADD refuses the name and
+// changes nothing, and DEL, CHECK and GC succeed on it.
 func TestDelSurvivesPodChosenIfName(t *testing.T) {
-	for _, name := range []string{"net\x01", "net\x7f", "net\u0090"} {
+	for _, name := range []string{"net\x01", "net\x7f", "net\u0090", "a;b", "x'y", "a`id`", "b';>X;'", "-x"} {
 		t.Run(strings.Trim(jsonString(t, name), `"`), func(t *testing.T) {
 			e := newEnv(t)
 			p := e.newPod("c1", name, "virtio", "virtio1")
 			conf := e.netconf(p, "1.1.0", nil)
 			before := e.kernel.snapshot()
 			_, err := e.add(p, conf, "")
-			wantErr(t, err, "interface name")
+			wantErr(t, err, "invalid interface name", "nothing was changed", "letters, digits")
 			if after := e.kernel.snapshot(); after != before {
 				t.Fatalf("devices changed: %s -> %s", before, after)
+			}
+			if recs := e.records(); len(recs) != 0 {
+				t.Fatalf("the refused ADD wrote records: %+v", recs)
 			}
 			a := e.args(p, conf, "")
 			for i := 0; i < 2; i++ {
@@ -45,11 +49,48 @@ func TestDelSurvivesPodChosenIfName(t *testing.T) {
 				t.Fatalf("DEL without netns: %v", err)
 			}
 			e.wantWhere("rxe1", "host")
-			wantErr(t, err, "interface name", "nothing was changed")
 			if strings.ContainsAny(e.log.String(), "\x01\x7f\u0090") {
 				t.Errorf("the log carries the raw interface name:\n%q", e.log.String())
 			}
 		})
+	}
+}
+
+// A pod that an older ADD attached under a name ADD now refuses keeps its
+// device until its DEL, which returns it and removes the record: the
+// record loads, and CHECK checks it.
+func TestDelOfAttachmentUnderRefusedIfName(t *testing.T) {
+	e := newEnv(t)
+	p := e.newPod("c1", "a;b", "virtio", "virtio1")
+	conf := e.netconf(p, "1.1.0", nil)
+	st, err := state.New(e.stateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What the older ADD left: the device in the pod, its record.
+	if _, err := e.kernel.MoveToNetns("rxe1", p.path(), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Put(&state.Record{Key: state.Key{Network: "rdma-net", ContainerID: "c1", IfName: "a;b"},
+		Netns: p.path(), Device: "rxe1", State: state.StateAttached}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.check(p, conf); err != nil {
+		t.Errorf("CHECK: %v", err)
+	}
+	e.kernel.MoveToHost("rxe1", p.path())
+	if err := e.check(p, conf); err == nil {
+		t.Errorf("CHECK passed with the recorded device gone from the pod")
+	}
+	if _, err := e.kernel.MoveToNetns("rxe1", p.path(), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.del(p, conf); err != nil {
+		t.Fatalf("DEL: %v", err)
+	}
+	e.wantWhere("rxe1", "host")
+	if recs := e.records(); len(recs) != 0 {
+		t.Fatalf("DEL left records: %+v", recs)
 	}
 }
 

@@ -121,9 +121,10 @@ func (p *Plugin) newCall(args *skel.CmdArgs, withResult bool) (*call, error) {
 }
 
 // logIfName is CNI_IFNAME as the log may show it: the pod chooses it, and
-// a name ADD refuses (control characters, any length) is quoted and cut.
+// a name ADD refuses (control characters, shell metacharacters, any length)
+// is quoted and cut.
 func logIfName(name string) string {
-	if state.ValidateIfName(name) == nil {
+	if state.ValidatePlainIfName(name) == nil {
 		return name
 	}
 	return config.Quote(name)

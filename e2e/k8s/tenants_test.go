@@ -167,16 +167,26 @@ func (ts *tenancy) otherDeviceID(t *testing.T) {
 }
 
 // podChosenIfName: the network-selection element names the pod's
-// interface with a control character, which Multus, libcni and the kernel
-// pass. rdma-netns refuses the ADD; its DEL does not fail on the name, so
-// host-device's DEL returns the NIC under its own name.
+// interface with a control character, or with a ';', which Multus, libcni
+// and the kernel pass. rdma-netns refuses the ADD; its DEL does not fail on
+// the name, so host-device's DEL returns the NIC under its own name while
+// the pod is retried, and the network's next pod starts.
 func (ts *tenancy) podChosenIfName(t *testing.T) {
-	t.Run("interface name with a control character", func(t *testing.T) {
+	t.Run("interface names ADD refuses", func(t *testing.T) {
 		t1 := ts.t1
-		hostile := toolsPod(t1.ns, "t1-ifname", selection(t1.network, "interface", "net\x01"))
-		ts.refused(t, hostile, "invalid interface name", "nothing was changed")
-		deletePod(t, t1.ns, hostile.Name, metav1.DeleteOptions{})
-		ts.settled(t)
+		for _, c := range []struct {
+			pod, name string
+			want      []string
+		}{
+			{"t1-ifname", "net\x01", nil},
+			{"t1-ifname-semicolon", "a;b", []string{`"a;b": ';' is not a letter, digit, '-', '_' or '.'`}},
+		} {
+			hostile := toolsPod(t1.ns, c.pod, selection(t1.network, "interface", c.name))
+			ts.refused(t, hostile, append(c.want, "invalid interface name", "nothing was changed")...)
+			ts.settled(t)
+			deletePod(t, t1.ns, hostile.Name, metav1.DeleteOptions{})
+			ts.settled(t)
+		}
 		ts.nextStarts(t, "t1-ifname-next", t1.network)
 	})
 }

@@ -86,6 +86,30 @@ func ValidateIfName(name string) error {
 	return validateDevName("interface name", name, MaxIfNameLen, true)
 }
 
+// ValidatePlainIfName is the rule ADD holds a pod's interface name to
+// before it records one: 1 to 15 letters, digits, '-', '_' and '.', not
+// starting with '-'. The pod chooses the name, and the node's operators
+// meet it in logs, records and what the doctor prints, where a ';', a
+// quote or a backquote is a shell's business; a leading '-' makes a
+// command that takes the name as an argument (ethtool, grep) read an
+// option, however it is quoted. "." and ".." the kernel refuses, and
+// ValidateIfName with it. Records keep ValidateIfName, so those an older
+// ADD wrote under other names still load and their pods are deleted.
+func ValidatePlainIfName(name string) error {
+	if err := ValidateIfName(name); err != nil {
+		return err
+	}
+	if name[0] == '-' {
+		return fmt.Errorf("invalid interface name %q: must not start with '-'", name)
+	}
+	for _, r := range name {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
+			return fmt.Errorf("invalid interface name %q: %q is not a letter, digit, '-', '_' or '.'", name, r)
+		}
+	}
+	return nil
+}
+
 // ValidateDeviceName checks an RDMA device name as recorded in the state.
 // The RDMA core allows up to 63 bytes and, like netdevs, no '/'.
 func ValidateDeviceName(name string) error {

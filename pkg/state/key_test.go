@@ -97,6 +97,56 @@ func TestValidateDeviceName(t *testing.T) {
 	}
 }
 
+// ADD takes a pod's interface name only when it is plain; a record an
+// older ADD wrote under a name the kernel took must still load, or its
+// pod's DEL could not return the device.
+func TestValidatePlainIfName(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		ok   bool
+	}{
+		{"net1", true},
+		{"eth0.100", true},
+		{"rdma_a-1", true},
+		{"_x", true},
+		{".x", true},
+		{strings.Repeat("a", 15), true},
+		{strings.Repeat("a", 16), false},
+		{"", false},
+		{".", false},
+		{"..", false},
+		{"-x", false},
+		{"a;b", false},
+		{"x'y", false},
+		{"a`id`", false},
+		{`b"c`, false},
+		{"a$b", false},
+		{"a>b", false},
+		{"a|b", false},
+		{"a&b", false},
+		{"a\\b", false},
+		{"a*", false},
+		{"a b", false},
+		{"a:b", false},
+		{"netз", false},
+		{"net\x01", false},
+	} {
+		err := ValidatePlainIfName(tt.name)
+		if (err == nil) != tt.ok {
+			t.Errorf("ValidatePlainIfName(%q) = %v, want ok=%v", tt.name, err, tt.ok)
+		}
+		if err != nil && !strings.Contains(err.Error(), "invalid interface name") {
+			t.Errorf("ValidatePlainIfName(%q) = %v, does not say what is invalid", tt.name, err)
+		}
+	}
+	for _, old := range []string{"a;b", "x'y", "a`id`", "-x", "netз"} {
+		k := Key{Network: "rdma-net", ContainerID: k8sContainerID, IfName: old}
+		if err := k.Validate(); err != nil {
+			t.Errorf("a record of %q no longer loads: %v", old, err)
+		}
+	}
+}
+
 func TestKeyString(t *testing.T) {
 	k := Key{Network: "net", ContainerID: "cid", IfName: "net1"}
 	if got, want := k.String(), "net/cid/net1"; got != want {
