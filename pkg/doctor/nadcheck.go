@@ -68,7 +68,10 @@ func (r *Report) nadError(i int, n *nad, err error) {
 	edit := "correct the NAD's spec.config"
 	if n != nil && n.ref.Name != "" {
 		subj = n.ref.String()
-		edit = fmt.Sprintf("correct spec.config (kubectl edit network-attachment-definitions -n %s %s)", dash(n.ref.Namespace), n.ref.Name)
+		edit = "correct spec.config"
+		if kubeName(n.ref.Namespace) && kubeName(n.ref.Name) {
+			edit += fmt.Sprintf(" (kubectl edit network-attachment-definitions -n %s %s)", n.ref.Namespace, n.ref.Name)
+		}
 	}
 	var rc *rdmaConfError
 	if errors.As(err, &rc) {
@@ -77,6 +80,24 @@ func (r *Report) nadError(i int, n *nad, err error) {
 		return
 	}
 	r.add(Warn, "nad-config", subj, "cannot check this NAD: "+err.Error()+"; Multus fails every pod that attaches it", edit)
+}
+
+// kubeName says whether s is a name the API server gives an object (a DNS
+// subdomain: lowercase letters, digits, '-' and '.'): such a name is one
+// word to a shell as it is, and a NAD named otherwise did not come from a
+// cluster, so no kubectl command is printed for it.
+func kubeName(s string) bool {
+	if s == "" || len(s) > 253 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		alnum := c >= 'a' && c <= 'z' || c >= '0' && c <= '9'
+		if !alnum && (c != '-' && c != '.' || i == 0 || i == len(s)-1) {
+			return false
+		}
+	}
+	return true
 }
 
 // deviceIDPicker is the first plugin before pos that declares the
