@@ -114,3 +114,27 @@ func pasteable(names ...string) bool {
 
 // notPasteable replaces a command that pasteable refused.
 const notPasteable = "no command is printed for it: a name in it holds a control character or a byte that is not UTF-8, which the report shows escaped (\\xNN), so a pasted command would not name it"
+
+// someOf lists the first few of items and says how many others there are
+// of total, as "a, b, c and 4,997 more": a report about one name that
+// thousands of NADs share stays a line.
+func someOf(items []string, total int) string {
+	const few = 3
+	if len(items) > few {
+		items = items[:few]
+	}
+	s := strings.Join(items, ", ")
+	if more := total - len(items); more > 0 {
+		s += " and " + thousands(more) + " more"
+	}
+	return s
+}
+
+// thousands writes n with a comma every three digits.
+func thousands(n int) string {
+	s := strconv.Itoa(n)
+	for i := len(s) - 3; i > 0 && s[i-1] != '-'; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
+}
