@@ -262,7 +262,7 @@ func TestDoctorLeak(t *testing.T) {
 
 	r, _ := runDoctor(t)
 	f := wantFinding(t, r, doctor.Warn, "leak", n.RDMA, filepath.Base(p.path()), "no rdma-netns record owns it")
-	if !strings.Contains(f.Remedy, "rdma dev set "+n.RDMA+" netns host") {
+	if !strings.Contains(f.Remedy, "rdma dev set '"+n.RDMA+"' netns host") {
 		t.Errorf("leak remedy %q does not say how to move it back", f.Remedy)
 	}
 	d := deviceIn(t, r.Node.Devices, n.RDMA)

@@ -589,6 +589,52 @@ func (ws railWorkers) railFindings(t *testing.T) []doctor.Finding {
 	return out
 }
 
+// pastedName finds the names in the command of a rail fix: the netns
+// path, the netdev after "dev", and the netdev in a sysctl key.
+var pastedName = regexp.MustCompile(`--net=(\S+)|\bdev (\S+)|conf[./]([^./\s]+)[./]`)
+
+// unquotedNames are the names of the command a rail fix gives to paste
+// (after "try it on this pod: ") that a shell would read outside single
+// quotes, and so run as shell if a pod chose them so; "no command" if the
+// fix has none.
+func unquotedNames(fix string) []string {
+	_, cmd, ok := strings.Cut(fix, "try it on this pod: ")
+	if !ok {
+		return []string{"no command"}
+	}
+	// quoted[i]: the shell reads byte i inside single quotes.
+	quoted := make([]bool, len(cmd))
+	in := false
+	for i := 0; i < len(cmd); i++ {
+		switch {
+		case cmd[i] == '\\' && !in:
+			i++
+		case cmd[i] == '\'':
+			in = !in
+			continue
+		}
+		if i < len(cmd) {
+			quoted[i] = in
+		}
+	}
+	var bare []string
+	for _, m := range pastedName.FindAllStringSubmatchIndex(cmd, -1) {
+		for g := 2; g < len(m); g += 2 {
+			start, end := m[g], m[g+1]
+			if start < 0 {
+				continue
+			}
+			if cmd[start] == '\'' {
+				start++
+			}
+			if start < end && !quoted[start] {
+				bare = append(bare, cmd[m[g]:end])
+			}
+		}
+	}
+	return bare
+}
+
 // railGroups are, for each direction of the job's perftest, the rails
 // whose streams run at once in a round, as indices into jobRails' four:
 // all four (every stream on its own rail however busy the others), then
@@ -669,6 +715,12 @@ func railsAtARPDefaults(t *testing.T) {
 	for _, f := range ws.railFindings(t) {
 		named = named || f.Check == "rail-arp" && f.Severity == doctor.Fail
 		ucx = ucx || f.Check == "rail-ucx" && f.Severity == doctor.Warn
+		if f.Check == "rail-arp" || f.Check == "rail-route" {
+			// The pod names its netdevs: a fix to paste quotes them.
+			if bare := unquotedNames(f.Remedy); len(bare) > 0 {
+				t.Errorf("doctor's %s fix for %s leaves %q outside single quotes: %s", f.Check, f.Subject, bare, f.Remedy)
+			}
+		}
 	}
 	if !named {
 		t.Errorf("doctor on rails sharing a subnet at arp_ignore 0: no rail-arp FAIL")

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"strings"
 
 	"github.com/rdma-netns/rdma-netns/pkg/config"
@@ -35,8 +34,9 @@ func NADs(in io.Reader) *Report {
 		}
 	}
 	uses := nameUses(nads)
-	r.nameSquats(uses)
-	r.prefixOverlaps(uses)
+	prefixes := newPrefixIndex(uses)
+	r.nameSquats(uses, prefixes)
+	r.prefixOverlaps(prefixes)
 	r.sharedDevNames(uses)
 	r.finish()
 	return r
@@ -68,7 +68,10 @@ func (r *Report) nadError(i int, n *nad, err error) {
 	edit := "correct the NAD's spec.config"
 	if n != nil && n.ref.Name != "" {
 		subj = n.ref.String()
-		edit = fmt.Sprintf("correct spec.config (kubectl edit network-attachment-definitions -n %s %s)", dash(n.ref.Namespace), n.ref.Name)
+		edit = "correct spec.config"
+		if kubeName(n.ref.Namespace) && kubeName(n.ref.Name) {
+			edit += fmt.Sprintf(" (kubectl edit network-attachment-definitions -n %s %s)", n.ref.Namespace, n.ref.Name)
+		}
 	}
 	var rc *rdmaConfError
 	if errors.As(err, &rc) {
@@ -77,6 +80,24 @@ func (r *Report) nadError(i int, n *nad, err error) {
 		return
 	}
 	r.add(Warn, "nad-config", subj, "cannot check this NAD: "+err.Error()+"; Multus fails every pod that attaches it", edit)
+}
+
+// kubeName says whether s is a name the API server gives an object (a DNS
+// subdomain: lowercase letters, digits, '-' and '.'): such a name is one
+// word to a shell as it is, and a NAD named otherwise did not come from a
+// cluster, so no kubectl command is printed for it.
+func kubeName(s string) bool {
+	if s == "" || len(s) > 253 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		alnum := c >= 'a' && c <= 'z' || c >= '0' && c <= '9'
+		if !alnum && (c != '-' && c != '.' || i == 0 || i == len(s)-1) {
+			return false
+		}
+	}
+	return true
 }
 
 // deviceIDPicker is the first plugin before pos that declares the
@@ -140,84 +161,4 @@ func refusal(c *config.NetConf) string {
 		return "the network lists no allowedPodDevices and pins no device, so ADD fails for a pod that sets a deviceID"
 	}
 	return fmt.Sprintf("the network lists no allowedPodDevices, so it honours only a deviceID naming the device the NAD pins (%s %s)", pin.From, pin.Value)
-}
-
-// nameUse is what one rdma-netns entry lets pods call their device.
-type nameUse struct {
-	ref     nadRef
-	devName string
-	prefix  string
-}
-
-func nameUses(nads []*nad) []nameUse {
-	var uses []nameUse
-	for _, n := range nads {
-		for _, c := range n.confs {
-			if c.RdmaDevName != "" || c.PodRdmaDevNamePrefix != "" {
-				uses = append(uses, nameUse{n.ref, c.RdmaDevName, c.PodRdmaDevNamePrefix})
-			}
-		}
-	}
-	return uses
-}
-
-// nameSquats finds a prefix of one NAD under which its pods may take the
-// rdmaDevName of another: first come on each node until the plugin has
-// reserved the name there for the network that used it.
-func (r *Report) nameSquats(uses []nameUse) {
-	for _, x := range uses {
-		for _, y := range uses {
-			p, name := x.prefix, y.devName
-			if x.ref == y.ref || p == "" || name == p || !strings.HasPrefix(name, p) {
-				continue
-			}
-			r.add(Warn, "name-squat", x.ref.String(), fmt.Sprintf(
-				"pods of %s may name their device %s (podRdmaDevNamePrefix %s), the name %s gives its pods (rdmaDevName); on a node where no pod of %s has run yet, a pod of %s can take it first and %s's pods then fail there",
-				x.ref, name, p, y.ref, y.ref, x.ref, y.ref),
-				fmt.Sprintf("keep podRdmaDevNamePrefix disjoint from every rdmaDevName: change %s's podRdmaDevNamePrefix or %s's rdmaDevName", x.ref, y.ref))
-		}
-	}
-}
-
-// prefixOverlaps finds prefixes of NADs in different namespaces under
-// which pods of both may ask for the same names.
-func (r *Report) prefixOverlaps(uses []nameUse) {
-	for i, x := range uses {
-		for _, y := range uses[i+1:] {
-			if x.prefix == "" || y.prefix == "" || x.ref.Namespace == y.ref.Namespace {
-				continue
-			}
-			if !strings.HasPrefix(x.prefix, y.prefix) && !strings.HasPrefix(y.prefix, x.prefix) {
-				continue
-			}
-			r.add(OK, "name-prefix-overlap", x.ref.String(), fmt.Sprintf(
-				"pods of %s (podRdmaDevNamePrefix %s) and of %s (podRdmaDevNamePrefix %s), in another namespace, may ask for the same device names: on a node the first pod to take a name has it, and the other's ADD fails",
-				x.ref, x.prefix, y.ref, y.prefix),
-				"give the namespaces prefixes neither of which starts with the other")
-		}
-	}
-}
-
-// sharedDevNames finds an rdmaDevName set by several NADs: device names
-// are node-wide, so one pod per node across them can have it.
-func (r *Report) sharedDevNames(uses []nameUse) {
-	byName := map[string][]string{}
-	var names []string
-	for _, u := range uses {
-		if u.devName == "" || slices.Contains(byName[u.devName], u.ref.String()) {
-			continue
-		}
-		if byName[u.devName] == nil {
-			names = append(names, u.devName)
-		}
-		byName[u.devName] = append(byName[u.devName], u.ref.String())
-	}
-	for _, name := range names {
-		if refs := byName[name]; len(refs) > 1 {
-			r.add(OK, "shared-dev-name", name, fmt.Sprintf(
-				"%s all set rdmaDevName %s: RDMA device names are unique on a node, so one pod per node across these NADs can hold it",
-				strings.Join(refs, ", "), name),
-				"give each NAD its own rdmaDevName where their pods must share nodes")
-		}
-	}
 }

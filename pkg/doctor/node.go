@@ -389,22 +389,26 @@ func Leaks(devs []Device, owners map[string]*state.Record) []Finding {
 		fs = append(fs, Finding{
 			Severity: Warn, Check: "leak", Subject: d.Name,
 			Reason: fmt.Sprintf("RDMA device %s sits in netns %s, but no rdma-netns record owns it: no pod will get it from rdma-netns", d.Name, d.Location.Netns),
-			Remedy: "if nothing put it there on purpose (another CNI plugin, a person), move it back: " + moveBackCommand(d.Name, d.Location.Netns) +
-				", or delete that network namespace (its devices return to the host)",
+			Remedy: "if nothing put it there on purpose (another CNI plugin, a person), move it back, or delete that network namespace (its devices return to the host); " +
+				moveBackCommand(d.Name, d.Location.Netns),
 		})
 	}
 	return fs
 }
 
 // moveBackCommand is the iproute2 command returning dev from the netns at
-// nsPath; `rdma dev set` takes only names under /run/netns, so the host
-// netns gets one first.
+// nsPath, each name quoted for the shell; `rdma dev set` takes only names
+// under /run/netns, so the host netns gets one first. It ends the fix, so
+// the command runs to the end of the line.
 func moveBackCommand(dev, nsPath string) string {
-	enter := "nsenter --net=" + nsPath
-	if dir, name := filepath.Split(nsPath); dir == "/run/netns/" || dir == "/var/run/netns/" {
-		enter = "ip netns exec " + name
+	if !pasteable(dev, nsPath) {
+		return notPasteable
 	}
-	return fmt.Sprintf("`ip netns attach host 1; %s rdma dev set %s netns host`", enter, dev)
+	enter := "nsenter --net=" + shellWord(nsPath)
+	if dir, name := filepath.Split(nsPath); dir == "/run/netns/" || dir == "/var/run/netns/" {
+		enter = "ip netns exec " + shellWord(name)
+	}
+	return fmt.Sprintf("to move it back: ip netns attach host 1; %s rdma dev set %s netns host", enter, shellWord(dev))
 }
 
 // deviceFindings checks what a device needs to be usable wherever it is.

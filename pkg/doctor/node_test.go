@@ -233,7 +233,7 @@ func TestNodeLocationsLeakAndRecords(t *testing.T) {
 	leaks := findingsOf(r, "leak")
 	// The fixture's netns directory is not /run/netns: the remedy enters
 	// the netns with nsenter.
-	if len(leaks) != 1 || leaks[0].Subject != "mlx5_2" || leaks[0].Severity != Warn || !strings.Contains(leaks[0].Remedy, "nsenter --net="+podB+" rdma dev set mlx5_2 netns host") {
+	if len(leaks) != 1 || leaks[0].Subject != "mlx5_2" || leaks[0].Severity != Warn || !strings.Contains(leaks[0].Remedy, "nsenter --net='"+podB+"' rdma dev set 'mlx5_2' netns host") {
 		t.Errorf("leaks %+v", leaks)
 	}
 	if recs := r.Node.Records; len(recs) != 1 || recs[0].Status != "ok" {
@@ -325,7 +325,7 @@ func TestClassify(t *testing.T) {
 	devs := []Device{{Name: "d-host", Location: Location{Host: true}}, {Name: "d-a", Location: Location{Netns: podA.Path}}, {Name: "d-b", Location: Location{Netns: podB.Path}}, {Name: "s", Location: Location{Shared: true}}}
 	_, _, owners := Classify([]*state.Record{rec("d-a", "", "/run/netns/a", state.StateAttached), rec("d-b", "", "/run/netns/gone", state.StateAttached)}, snap, false, identify, func(state.Key) string { return "" })
 	leaks := Leaks(devs, owners)
-	if len(leaks) != 1 || leaks[0].Subject != "d-b" || !strings.Contains(leaks[0].Remedy, "ip netns exec b rdma dev set d-b netns host") {
+	if len(leaks) != 1 || leaks[0].Subject != "d-b" || !strings.Contains(leaks[0].Remedy, "ip netns exec 'b' rdma dev set 'd-b' netns host") {
 		t.Errorf("leaks %+v", leaks)
 	}
 }

@@ -405,9 +405,45 @@ func arpFinding(r *Report, rl *Rail, nsPath string) bool {
 		fmt.Sprintf("rail %s (%s, %s) answers ARP for other rails' addresses: peers can learn its MAC for them and send that rail's RoCE traffic to the wrong NIC, whose GID table lacks the address (retransmissions, IBV_WC_RETRY_EXC_ERR); it shares a subnet with %s and has %s",
 			rl.Device, rl.Netdev, addr, strings.Join(rl.SharesSubnetWith, ", "), strings.Join(what, ", ")),
 		fmt.Sprintf("chain tuning and sbr after each rail's plugins, as %s does (tuning: sysctl net.ipv4.conf.IFNAME.arp_ignore=1 and net.ipv4.conf.IFNAME.arp_announce=2), and recreate the pod; "+
-			"to try it on this pod: nsenter --net=%s sysctl -w net.ipv4.conf.%s.arp_ignore=1 net.ipv4.conf.%s.arp_announce=2; or give each rail a subnet of its own (rail-optimized)",
-			RailsNAD, nsPath, rl.Netdev, rl.Netdev))
+			"or give each rail a subnet of its own (rail-optimized); %s",
+			RailsNAD, tryARP(nsPath, rl.Netdev)))
 	return false
+}
+
+// tryIt introduces the command of a rail fix that a person may paste; it
+// ends the fix, so the command runs to the end of the line.
+const tryIt = "to try it on this pod: "
+
+// tryARP is the command setting a rail's ARP sysctls in the pod's netns,
+// every name in it quoted for the shell.
+func tryARP(nsPath, netdev string) string {
+	if !pasteable(nsPath, netdev) {
+		return notPasteable
+	}
+	return tryIt + fmt.Sprintf("nsenter --net=%s sysctl -w %s %s", shellWord(nsPath),
+		shellWord(sysctlKey(netdev, "arp_ignore")+"=1"), shellWord(sysctlKey(netdev, "arp_announce")+"=2"))
+}
+
+// sysctlKey names net.ipv4.conf.<netdev>.<key> for sysctl(8). A netdev
+// with a dot in its name (a VLAN, eth0.100) takes the form with slashes,
+// which sysctl reads without turning dots into separators.
+func sysctlKey(netdev, key string) string {
+	if strings.Contains(netdev, ".") {
+		return "net/ipv4/conf/" + netdev + "/" + key
+	}
+	return "net.ipv4.conf." + netdev + "." + key
+}
+
+// tryRoute is the command giving a rail a routing table of its own in the
+// pod's netns, as sbr does: one nsenter per command, so that no script of
+// sh -c has to quote a name a second time.
+func tryRoute(nsPath, netdev string, p netip.Prefix, table int) string {
+	if !pasteable(nsPath, netdev) {
+		return notPasteable
+	}
+	enter := "nsenter --net=" + shellWord(nsPath)
+	return tryIt + fmt.Sprintf("%s ip route add %s dev %s src %s table %d; %s ip rule add from %s table %d",
+		enter, p.Masked(), shellWord(netdev), p.Addr(), table, enter, p.Addr(), table)
 }
 
 // routeFindings asks the kernel for the route from each of the rail's
@@ -442,9 +478,8 @@ func routeFindings(r *Report, n RailNet, rl *Rail, rails []Rail, own map[netip.A
 		r.add(Fail, "rail-route", subj,
 			fmt.Sprintf("traffic from rail %s's address %s leaves by netdev %s, not %s (ip route get %s from %s): what the kernel sends from that address, rdma_cm's address resolution included, goes out of another rail's NIC",
 				rl.Device, p.Addr(), dev, rl.Netdev, peer, p.Addr()),
-			fmt.Sprintf("chain sbr after each rail's plugins, as %s does: a routing table per rail, chosen by a rule for the rail's address; then recreate the pod. "+
-				"To try it on this pod: nsenter --net=%s sh -c 'ip route add %s dev %s src %s table %d; ip rule add from %s table %d'",
-				RailsNAD, nsPath, p.Masked(), rl.Netdev, p.Addr(), table, p.Addr(), table))
+			fmt.Sprintf("chain sbr after each rail's plugins, as %s does: a routing table per rail, chosen by a rule for the rail's address; then recreate the pod; %s",
+				RailsNAD, tryRoute(nsPath, rl.Netdev, p, table)))
 	}
 	return ok
 }

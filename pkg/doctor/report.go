@@ -69,20 +69,23 @@ func (r *Report) WriteJSON(w io.Writer) error {
 }
 
 // WriteText writes the report for a person: the views as aligned tables,
-// then the findings, worst first within their original order.
+// then the findings, worst first within their original order. Every value
+// goes through termText, which escapes it for the terminal.
 func (r *Report) WriteText(w io.Writer) error {
 	b := &strings.Builder{}
+	t := termText{b}
 	if r.Node != nil {
-		writeNode(b, r.Node)
+		writeNode(t, r.Node)
 	}
 	if r.Pod != nil {
-		writePod(b, r.Pod)
+		writePod(t, r.Pod)
 	}
 	if r.NADs != nil {
-		writeNADs(b, r.NADs)
+		writeNADs(t, r.NADs)
 	}
-	b.WriteString("Findings\n")
+	t.printf("Findings\n")
 	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
+	tt := termText{tw}
 	for _, sev := range []Severity{Fail, Warn, OK} {
 		for _, f := range r.Findings {
 			if f.Severity != sev {
@@ -92,22 +95,23 @@ func (r *Report) WriteText(w io.Writer) error {
 			if subj == "" {
 				subj = "-"
 			}
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", strings.ToUpper(string(f.Severity)), f.Check, subj, f.Reason)
+			tt.printf("  %s\t%s\t%s\t%s\n", strings.ToUpper(string(f.Severity)), f.Check, subj, f.Reason)
 			if f.Remedy != "" {
-				fmt.Fprintf(tw, "  \t\t\tfix: %s\n", f.Remedy)
+				tt.printf("  \t\t\tfix: %s\n", f.Remedy)
 			}
 		}
 	}
 	tw.Flush()
-	fmt.Fprintf(b, "\n%d ok, %d warning(s), %d failure(s); exit status %d\n",
+	t.printf("\n%d ok, %d warning(s), %d failure(s); exit status %d\n",
 		r.Summary[OK], r.Summary[Warn], r.Summary[Fail], r.ExitCode)
 	_, err := io.WriteString(w, b.String())
 	return err
 }
 
-func writeNode(b *strings.Builder, n *NodeView) {
-	b.WriteString("RDMA subsystem\n")
-	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
+func writeNode(t termText, n *NodeView) {
+	t.printf("RDMA subsystem\n")
+	tw := tabwriter.NewWriter(t.w, 0, 0, 2, ' ', 0)
+	tt := termText{tw}
 	mode := n.NetnsMode
 	if mode == "" {
 		mode = "unavailable"
@@ -115,34 +119,35 @@ func writeNode(b *strings.Builder, n *NodeView) {
 			mode += " (" + n.ModeError + ")"
 		}
 	}
-	fmt.Fprintf(tw, "  netns mode\t%s\n", mode)
+	tt.printf("  netns mode\t%s\n", mode)
 	persist := "not configured"
 	if n.Persistent != "" {
 		persist = n.Persistent
 	}
-	fmt.Fprintf(tw, "  persistent setting\t%s\n", persist)
+	tt.printf("  persistent setting\t%s\n", persist)
 	if n.StateDirPresent {
-		fmt.Fprintf(tw, "  state directory\t%s (%d record(s))\n", n.StateDir, len(n.Records))
+		tt.printf("  state directory\t%s (%d record(s))\n", n.StateDir, len(n.Records))
 	} else {
-		fmt.Fprintf(tw, "  state directory\t%s (not present)\n", n.StateDir)
+		tt.printf("  state directory\t%s (not present)\n", n.StateDir)
 	}
 	tw.Flush()
-	b.WriteString("\nRDMA devices\n")
+	t.printf("\nRDMA devices\n")
 	if len(n.Devices) == 0 {
-		b.WriteString("  none\n")
+		t.printf("  none\n")
 	} else {
-		writeDevices(b, n.Devices, true)
+		writeDevices(t, n.Devices, true)
 	}
-	b.WriteString("\n")
+	t.printf("\n")
 }
 
-func writeDevices(b *strings.Builder, devs []Device, withLocation bool) {
-	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
+func writeDevices(t termText, devs []Device, withLocation bool) {
+	tw := tabwriter.NewWriter(t.w, 0, 0, 2, ' ', 0)
+	tt := termText{tw}
 	hdr := "  DEVICE\tDRIVER\tPCI\tPORT\tSTATE\tNETDEV\tGIDS\tCHAR DEVICES"
 	if withLocation {
 		hdr += "\tLOCATION"
 	}
-	fmt.Fprintln(tw, hdr)
+	tt.printf(hdr + "\n")
 	for _, d := range devs {
 		ports := d.Ports
 		if len(ports) == 0 {
@@ -161,62 +166,66 @@ func writeDevices(b *strings.Builder, devs []Device, withLocation bool) {
 			if p.Port != 0 {
 				gids = fmt.Sprint(p.GIDs)
 			}
-			line := fmt.Sprintf("  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s", name, driver, pci, port, dash(p.State), dash(strings.Join(p.Netdevs, ",")), gids, chars)
+			cells := []any{name, driver, pci, port, dash(p.State), dash(strings.Join(p.Netdevs, ",")), gids, chars}
+			format := "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s"
 			if withLocation {
-				line += "\t" + loc
+				cells = append(cells, loc)
+				format += "\t%s"
 			}
-			fmt.Fprintln(tw, line)
+			tt.printf(format+"\n", cells...)
 		}
 	}
 	tw.Flush()
 }
 
-func writePod(b *strings.Builder, p *PodView) {
-	fmt.Fprintf(b, "Pod network namespace %s (inode %d)\n", p.Netns, p.Inode)
-	b.WriteString("\nRDMA devices in it\n")
+func writePod(t termText, p *PodView) {
+	t.printf("Pod network namespace %s (inode %d)\n", p.Netns, p.Inode)
+	t.printf("\nRDMA devices in it\n")
 	if len(p.Devices) == 0 {
-		b.WriteString("  none\n")
+		t.printf("  none\n")
 	} else {
-		writeDevices(b, p.Devices, false)
+		writeDevices(t, p.Devices, false)
 	}
 	if len(p.Rails) > 0 {
-		b.WriteString("\nRails\n")
-		writeRails(b, p.Rails)
+		t.printf("\nRails\n")
+		writeRails(t, p.Rails)
 	}
-	b.WriteString("\nProcesses in it\n")
+	t.printf("\nProcesses in it\n")
 	if len(p.Processes) == 0 {
-		b.WriteString("  none\n")
+		t.printf("  none\n")
 	} else {
-		tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
+		tw := tabwriter.NewWriter(t.w, 0, 0, 2, ' ', 0)
+		tt := termText{tw}
 		want := p.VerbsNodes
-		fmt.Fprintln(tw, "  PID\tCOMMAND\tMEMLOCK (soft)\tCAP_IPC_LOCK\t/dev/shm\t/dev/infiniband")
+		tt.printf("  PID\tCOMMAND\tMEMLOCK (soft)\tCAP_IPC_LOCK\t/dev/shm\t/dev/infiniband\n")
 		for _, pr := range p.Processes {
 			ipc := "no"
 			if pr.CapIPCLock {
 				ipc = "yes"
 			}
-			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\n", pr.PID, pr.Comm, pr.Memlock.String(), ipc, pr.ShmString(), charSummary(pr.CharDevices, want))
+			tt.printf("  %d\t%s\t%s\t%s\t%s\t%s\n", pr.PID, pr.Comm, pr.Memlock.String(), ipc, pr.ShmString(), charSummary(pr.CharDevices, want))
 		}
 		tw.Flush()
 	}
-	b.WriteString("\n")
+	t.printf("\n")
 }
 
-func writeNADs(b *strings.Builder, v *NADsView) {
-	fmt.Fprintf(b, "NetworkAttachmentDefinitions: %d read, %d with rdma-netns\n", v.Read, len(v.WithRdmaNetns))
+func writeNADs(t termText, v *NADsView) {
+	t.printf("NetworkAttachmentDefinitions: %d read, %d with rdma-netns\n", v.Read, len(v.WithRdmaNetns))
 	if len(v.WithRdmaNetns) == 0 {
-		b.WriteString("\n")
+		t.printf("\n")
 		return
 	}
-	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "  NAD\tCHAIN\tRESOURCE\tRDMADEVNAME\tPOD NAME PREFIX\tALLOWED POD DEVICES")
+	tw := tabwriter.NewWriter(t.w, 0, 0, 2, ' ', 0)
+	tt := termText{tw}
+	tt.printf("  NAD\tCHAIN\tRESOURCE\tRDMADEVNAME\tPOD NAME PREFIX\tALLOWED POD DEVICES\n")
 	for _, n := range v.WithRdmaNetns {
 		ref := nadRef{n.Namespace, n.Name}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\n", ref, chainString(n.Chain), dash(n.ResourceName),
+		tt.printf("  %s\t%s\t%s\t%s\t%s\t%s\n", ref, chainString(n.Chain), dash(n.ResourceName),
 			dash(n.RdmaDevName), dash(n.PodRdmaDevNamePrefix), dash(strings.Join(n.AllowedPodDevices, ",")))
 	}
 	tw.Flush()
-	b.WriteString("\n")
+	t.printf("\n")
 }
 
 // chainString shows a chain as "host-device[deviceID] > rdma-netns".
@@ -235,9 +244,10 @@ func chainString(chain []ChainPlugin) string {
 // writeRails shows one line per address of each rail: its RoCE v2 GID,
 // the ARP settings the kernel applies, and for rails sharing a subnet the
 // netdev the route to a peer leaves by.
-func writeRails(b *strings.Builder, rails []Rail) {
-	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "  DEVICE\tPORT\tNETDEV\tADDRESS\tROCE V2 GID\tARP IGNORE/ANNOUNCE\tSHARES SUBNET WITH\tROUTE TO PEER")
+func writeRails(t termText, rails []Rail) {
+	tw := tabwriter.NewWriter(t.w, 0, 0, 2, ' ', 0)
+	tt := termText{tw}
+	tt.printf("  DEVICE\tPORT\tNETDEV\tADDRESS\tROCE V2 GID\tARP IGNORE/ANNOUNCE\tSHARES SUBNET WITH\tROUTE TO PEER\n")
 	for _, rl := range rails {
 		arp := fmt.Sprintf("%s/%s", conf(rl.ArpIgnore), conf(rl.ArpAnnounce))
 		shares := dash(strings.Join(rl.SharesSubnetWith, ","))
@@ -263,7 +273,7 @@ func writeRails(b *strings.Builder, rails []Rail) {
 			case a.RouteError != "":
 				route = a.Peer + " error"
 			}
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", dev, port, nd, dash(a.Address), gid, arp, shares, route)
+			tt.printf("  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", dev, port, nd, dash(a.Address), gid, arp, shares, route)
 		}
 	}
 	tw.Flush()
