@@ -28,7 +28,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/rdma-netns/rdma-netns/e2e/cri/cririg"
 	"github.com/rdma-netns/rdma-netns/e2e/internal/rig"
 	"github.com/rdma-netns/rdma-netns/e2e/k8s/node"
 )
@@ -119,12 +118,8 @@ func mpiWorkerPod(w spanWorker) *corev1.Pod {
 // waitSSHD waits for the worker's sshd to listen.
 func waitSSHD(t *testing.T, w spanWorker) {
 	t.Helper()
-	err := cririg.Wait(time.Minute, w.name+"'s sshd listening on "+strconv.Itoa(sshdPort), func() (bool, error) {
-		out, _, err := execIn(t, workersNS, w.name, "worker", "cat", "/proc/net/tcp", "/proc/net/tcp6")
-		return err == nil && rig.Listening(out, sshdPort), nil
-	})
-	if err != nil {
-		t.Fatal(err)
+	if err := waitListening(ctx(t), w, []int{sshdPort}, time.Minute); err != nil {
+		t.Fatalf("%s's sshd: %v", w.name, err)
 	}
 }
 

@@ -304,9 +304,9 @@ func (ws railWorkers) round(t *testing.T, n int, group []int, srv, cli spanWorke
 		o, e, _ := execCtx(c, workersNS, srv.name, "worker", "sh", "-c", ws.roundScript(flush, srvRuns, secs+15))
 		srvDone <- withStderr(o, e)
 	}()
-	if err := waitListening(c, srv, ports); err != nil {
+	if err := waitListening(c, srv, ports, 90*time.Second); err != nil {
 		execCtx(c, workersNS, srv.name, "worker", "busybox", "killall", "ib_write_bw")
-		t.Fatalf("%v\n%s", err, <-srvDone)
+		t.Fatalf("ib_write_bw servers: %v\n%s", err, <-srvDone)
 	}
 	o, e, err := execCtx(c, workersNS, cli.name, "worker", "sh", "-c", ws.roundScript(flush, cliRuns, secs))
 	cliOut := sections(withStderr(o, e))
@@ -447,11 +447,11 @@ func parseRun(cli, srv string) (rig.WriteBW, error) {
 	return bw, err
 }
 
-// waitListening waits until a server listens on every one of ports in
-// w's pod.
-func waitListening(c context.Context, w spanWorker, ports []int) error {
+// waitListening waits, at most limit, until a process listens on every
+// one of ports in w's pod, as its /proc/net/tcp shows.
+func waitListening(c context.Context, w spanWorker, ports []int, limit time.Duration) error {
 	var last string
-	for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline); time.Sleep(time.Second) {
+	for deadline := time.Now().Add(limit); time.Now().Before(deadline); time.Sleep(time.Second) {
 		tcp, _, err := execCtx(c, workersNS, w.name, "worker", "cat", "/proc/net/tcp", "/proc/net/tcp6")
 		if err != nil {
 			last = err.Error()
@@ -468,7 +468,7 @@ func waitListening(c context.Context, w spanWorker, ports []int) error {
 		}
 		last = "not listening on " + strings.Join(missing, ", ")
 	}
-	return fmt.Errorf("ib_write_bw servers in %s: %s after 90s", w.name, last)
+	return fmt.Errorf("%s: %s after %s", w.name, last, limit)
 }
 
 // describe is a rail's run in one line.
@@ -724,16 +724,12 @@ func TestBenchRails(t *testing.T) {
 		}
 	}
 	ws.stop(t)
-	med := func(v []float64) float64 {
-		s := slices.Clone(v)
-		slices.Sort(s)
-		return s[len(s)/2]
-	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "ib_write_bw node 2 -> node 1, %d x %d B per rail, %d rounds of each, alternated (TCG-emulated nodes: noisy, the ratio is the figure)\n", railIters, railSize, *railBenchRounds)
 	for j, k := range kinds {
-		fmt.Fprintf(&b, "%-40s aggregate p50 %8.2f MB/s (min %.2f, max %.2f)\n", k.label, med(agg[j]), slices.Min(agg[j]), slices.Max(agg[j]))
+		st := statsOf(agg[j])
+		fmt.Fprintf(&b, "%-40s aggregate p50 %8.2f MB/s (min %.2f, max %.2f)\n", k.label, st.p50, st.min, st.max)
 	}
-	fmt.Fprintf(&b, "two rails / one rail: %.2f\n", med(agg[1])/med(agg[0]))
+	fmt.Fprintf(&b, "two rails / one rail: %.2f\n", statsOf(agg[1]).p50/statsOf(agg[0]).p50)
 	fmt.Printf("=== K8S RAILS BENCH BEGIN ===\n%s=== K8S RAILS BENCH END ===\n", b.String())
 }

@@ -294,42 +294,6 @@ func spanWorkerPod(w spanWorker) *corev1.Pod {
 	}
 }
 
-// startSpanWorkers starts one worker on each node and waits for both to
-// run, each seeing one RDMA device, named twoNodeName, which its node's
-// netns no longer holds (nor the NIC).
-func startSpanWorkers(t *testing.T) []spanWorker {
-	t.Helper()
-	return startSpanWorkersOf(t, spanWorkerPod)
-}
-
-// startSpanWorkersOf is startSpanWorkers with pods made by podOf.
-func startSpanWorkersOf(t *testing.T, podOf func(spanWorker) *corev1.Pod) []spanWorker {
-	t.Helper()
-	workers := spanWorkerPair()
-	for _, w := range workers {
-		createPod(t, podOf(w))
-		t.Cleanup(func() { deletePod(t, workersNS, w.name, workersGrace) })
-	}
-	for _, w := range workers {
-		d := waitRunning(t, workersNS, w.name, 3*time.Minute)
-		out, stderr, err := execIn(t, workersNS, w.name, "worker", "ibv_devices")
-		if err != nil {
-			t.Fatalf("%s: exec ibv_devices: %v\n%s", w.name, err, stderr)
-		}
-		if devs := verbsDevices(out); len(devs) != 1 || devs[0] != twoNodeName {
-			t.Errorf("%s on node %d: ibv_devices lists %v, want [%s] alone:\n%s", w.name, w.node, devs, twoNodeName, out)
-		}
-		t.Logf("%s Running on %s %s after create; sees %s", w.name, cluster.NodeName(w.node), d.Round(time.Second), twoNodeName)
-	}
-	for _, w := range workers {
-		st := hostOf(t, w.node)
-		if rig.Contains(st.RDMA, twoNodeDev) || rig.Contains(st.Links, twoNodeNIC) {
-			t.Errorf("node %d still holds %s or %s with %s running: RDMA %v, links %v", w.node, twoNodeDev, twoNodeNIC, w.name, st.RDMA, st.Links)
-		}
-	}
-	return workers
-}
-
 // netnsOf is node n's own netns: read here for this node, asked of the
 // agent for the others.
 func netnsOf(c context.Context, n int) (nodeNetns, error) {
@@ -347,21 +311,6 @@ func hostOf(t *testing.T, n int) nodeNetns {
 		t.Fatalf("node %d's netns: %v", n, err)
 	}
 	return st
-}
-
-// stopSpanWorkers deletes the workers, as a job controller deletes a
-// job's pods, and waits for each node's device and NIC to be back in its
-// netns.
-func stopSpanWorkers(t *testing.T, workers []spanWorker) {
-	t.Helper()
-	var names []string
-	for _, w := range workers {
-		names = append(names, w.name)
-	}
-	deletePods(t, workersNS, workersGrace, names...)
-	for _, w := range workers {
-		waitNodeHome(t, w.node, twoNodeDev, twoNodeNIC)
-	}
 }
 
 // One job's life across two nodes, as users run it: two unprivileged MPI
@@ -405,6 +354,9 @@ func TestTwoNodes(t *testing.T) {
 // (the Makefile's K8S_PAIR_OPTS and K8S_PAIR_NICS).
 func railsLayout() bool { return node.Rails >= len(optimizedRails) && node.ARPDefaults }
 
+// renamedRail is overlays/nad-renamed's one rail, on eth1.
+var renamedRail = rail{network: twoNodeNetwork, nic: twoNodeNIC, dev: twoNodeDev, name: twoNodeName, subnet: 1}
+
 // jobRails are the two-node job's rails. On the rails' layout: two
 // rail-optimized (overlays/nad-rails: a subnet and a link each) and two
 // sharing a subnet and the segment, whose NADs chain tuning and sbr
@@ -414,7 +366,7 @@ func jobRails(t *testing.T) []rail {
 	t.Helper()
 	if !railsLayout() {
 		applyManifest(t, "nad-renamed")
-		return []rail{{network: twoNodeNetwork, nic: twoNodeNIC, dev: twoNodeDev, name: twoNodeName, subnet: 1}}
+		return []rail{renamedRail}
 	}
 	applyManifest(t, "nad-rails")
 	applyManifest(t, "nad-rails-shared")
