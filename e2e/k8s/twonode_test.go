@@ -37,6 +37,13 @@ import (
 
 var nodes = flag.Int("k8s.nodes", 1, "how many nodes the cluster has: 2 in make e2e-k8s's two-node boot, where node 1 runs the tests and node 2 boots with -k8s.boot join")
 
+// requireRails makes the rails' layout a precondition of the run: the
+// Makefile sets it for node 1 under CI=true and whenever K8S_PAIR_OPTS
+// asks for --rails, so that a layout lost on the way to the guest fails
+// the stage instead of running the job on one rail and skipping the rails'
+// checks and benches.
+var requireRails = flag.Bool("k8s.rails-required", false, "fail at once unless this VM booted with the rails' layout (vm-run.sh --rails 2 --arp-defaults, 5 NICs), rather than run the two-node job on one rail and skip the rails' checks")
+
 const (
 	// mgmtNIC carries the nodes' management addresses, mgmtIP(n); the
 	// pods' RDMA NIC is twoNodeNIC.
@@ -88,13 +95,16 @@ func prepareJoin() error {
 	return node.InstallClusterNetwork()
 }
 
-// nodeNetns is what a node's own netns holds, as its agent reports it.
+// nodeNetns is what a node's own netns holds, as its agent reports it,
+// and the layout its VM booted with.
 type nodeNetns struct {
-	Node   string   `json:"node"`
-	BootID string   `json:"bootID"` // the kernel's, new on every boot
-	RDMA   []string `json:"rdma"`
-	Links  []string `json:"links"`
-	Multus bool     `json:"multus"` // Multus's daemon wrote its conf here
+	Node        string   `json:"node"`
+	BootID      string   `json:"bootID"` // the kernel's, new on every boot
+	RDMA        []string `json:"rdma"`
+	Links       []string `json:"links"`
+	Multus      bool     `json:"multus"`      // Multus's daemon wrote its conf here
+	Rails       int      `json:"rails"`       // node.Rails
+	ARPDefaults bool     `json:"arpDefaults"` // node.ARPDefaults
 }
 
 func readNodeNetns() (nodeNetns, error) {
@@ -112,7 +122,7 @@ func readNodeNetns() (nodeNetns, error) {
 		return nodeNetns{}, err
 	}
 	return nodeNetns{Node: node.Name, BootID: strings.TrimSpace(string(boot)), RDMA: devs, Links: links,
-		Multus: strings.Contains(string(conf), `"multus-shim"`)}, nil
+		Multus: strings.Contains(string(conf), `"multus-shim"`), Rails: node.Rails, ARPDefaults: node.ARPDefaults}, nil
 }
 
 // runJoined serves the agent until node 1 asks this node to stop (0) or
@@ -329,6 +339,10 @@ func TestTwoNodes(t *testing.T) {
 		t.Skip("one node: make e2e-k8s-nodes's two-node boot runs this (-k8s.nodes 2)")
 	}
 	before := waitJoined(t, 2, "")
+	if before.Rails != node.Rails || before.ARPDefaults != node.ARPDefaults {
+		t.Fatalf("node 2 booted with %d rails of their own and ARP defaults %v, node 1 with %d and %v: vm-pair.sh boots both alike",
+			before.Rails, before.ARPDefaults, node.Rails, node.ARPDefaults)
+	}
 	importMPIImage(t)
 	createMPISecret(t)
 	job := startJob(t)
@@ -351,8 +365,13 @@ func TestTwoNodes(t *testing.T) {
 }
 
 // railsLayout reports whether the pair booted with the rails' layout
-// (the Makefile's K8S_PAIR_OPTS and K8S_PAIR_NICS).
-func railsLayout() bool { return node.Rails >= len(optimizedRails) && node.ARPDefaults }
+// (the Makefile's K8S_PAIR_OPTS and K8S_PAIR_NICS). Without it the job
+// holds one rail, unless -k8s.rails-required stopped the run before.
+func railsLayout() bool { return node.RailsLayoutMissing(len(optimizedRails), railsNICs) == "" }
+
+// railsNICs are the NICs a node VM of the rails' layout has: eth0 (the
+// management addresses), then the rails.
+var railsNICs = 1 + len(optimizedRails) + len(sharedRails)
 
 // renamedRail is overlays/nad-renamed's one rail, on eth1.
 var renamedRail = rail{network: twoNodeNetwork, nic: twoNodeNIC, dev: twoNodeDev, name: twoNodeName, subnet: 1}
