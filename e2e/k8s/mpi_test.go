@@ -368,10 +368,10 @@ func (job railWorkers) allreduceOverRDMA(t *testing.T) {
 		for w, wk := range workers {
 			for k, r := range job.rails {
 				d := perRail[w][k]
-				per = append(per, fmt.Sprintf("%s %s %d/%d", wk.name, r.name, d.rdmaSent, d.rdmaRcvd))
-				if d.rdmaSent < share || d.rdmaRcvd < share {
+				per = append(per, fmt.Sprintf("%s %s %d/%d", wk.name, r.name, d.RDMASent, d.RDMARcvd))
+				if d.RDMASent < share || d.RDMARcvd < share {
 					t.Errorf("allreduce over every rail: %s's %s sent %d and received %d RoCE packets, want >= %d each (a quarter of an even share of %d over %d rails)",
-						wk.name, r.name, d.rdmaSent, d.rdmaRcvd, share, need, len(job.rails))
+						wk.name, r.name, d.RDMASent, d.RDMARcvd, share, need, len(job.rails))
 				}
 			}
 		}
