@@ -170,7 +170,7 @@ func runJob(t *testing.T, k jobKind, id string) jobTimes {
 		checkJobWorker(t, k, wk)
 	}
 	deleted := time.Now()
-	stopSpanWorkers(t, workers)
+	railWorkers{pods: [2]spanWorker{workers[0], workers[1]}, rails: []rail{renamedRail}}.stop(t)
 	return jobTimes{running: running.Sub(created), sshd: listening.Sub(running), allreduce: done.Sub(listening), stop: time.Since(deleted)}
 }
 

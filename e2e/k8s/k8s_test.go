@@ -65,6 +65,12 @@ func run(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", what, err)
 		return 1
 	}
+	// Before anything is set up: a pair without its rails fails at once.
+	if *requireRails && *boot != bootJoin {
+		if why := node.RailsLayoutMissing(len(optimizedRails), railsNICs); why != "" {
+			return fail("-k8s.rails-required", fmt.Errorf("this VM was booted without the rails' layout: %s. The Makefile asks for it under CI=true and whenever K8S_PAIR_OPTS has --rails: the layout was lost on the way to the guest (vm-pair.sh, vm-run.sh), and the job would run on one rail", why))
+		}
+	}
 	if err := cririg.Setup(); err != nil {
 		return fail("cri setup", err)
 	}

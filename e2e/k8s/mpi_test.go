@@ -28,7 +28,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/rdma-netns/rdma-netns/e2e/cri/cririg"
 	"github.com/rdma-netns/rdma-netns/e2e/internal/rig"
 	"github.com/rdma-netns/rdma-netns/e2e/k8s/node"
 )
@@ -119,12 +118,8 @@ func mpiWorkerPod(w spanWorker) *corev1.Pod {
 // waitSSHD waits for the worker's sshd to listen.
 func waitSSHD(t *testing.T, w spanWorker) {
 	t.Helper()
-	err := cririg.Wait(time.Minute, w.name+"'s sshd listening on "+strconv.Itoa(sshdPort), func() (bool, error) {
-		out, _, err := execIn(t, workersNS, w.name, "worker", "cat", "/proc/net/tcp", "/proc/net/tcp6")
-		return err == nil && rig.Listening(out, sshdPort), nil
-	})
-	if err != nil {
-		t.Fatal(err)
+	if err := waitListening(ctx(t), w, []int{sshdPort}, time.Minute); err != nil {
+		t.Fatalf("%s's sshd: %v", w.name, err)
 	}
 }
 
@@ -373,10 +368,10 @@ func (job railWorkers) allreduceOverRDMA(t *testing.T) {
 		for w, wk := range workers {
 			for k, r := range job.rails {
 				d := perRail[w][k]
-				per = append(per, fmt.Sprintf("%s %s %d/%d", wk.name, r.name, d.rdmaSent, d.rdmaRcvd))
-				if d.rdmaSent < share || d.rdmaRcvd < share {
+				per = append(per, fmt.Sprintf("%s %s %d/%d", wk.name, r.name, d.RDMASent, d.RDMARcvd))
+				if d.RDMASent < share || d.RDMARcvd < share {
 					t.Errorf("allreduce over every rail: %s's %s sent %d and received %d RoCE packets, want >= %d each (a quarter of an even share of %d over %d rails)",
-						wk.name, r.name, d.rdmaSent, d.rdmaRcvd, share, need, len(job.rails))
+						wk.name, r.name, d.RDMASent, d.RDMARcvd, share, need, len(job.rails))
 				}
 			}
 		}

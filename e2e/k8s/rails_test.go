@@ -28,11 +28,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/rdma-netns/rdma-netns/e2e/cri/cririg"
-	"github.com/rdma-netns/rdma-netns/e2e/internal/doctorrun"
 	"github.com/rdma-netns/rdma-netns/e2e/internal/rig"
 	"github.com/rdma-netns/rdma-netns/e2e/k8s/cluster"
 	"github.com/rdma-netns/rdma-netns/e2e/k8s/node"
+	"github.com/rdma-netns/rdma-netns/e2e/k8s/railcount"
 	"github.com/rdma-netns/rdma-netns/pkg/doctor"
 )
 
@@ -169,44 +168,26 @@ func (ws railWorkers) stop(t *testing.T) {
 	}
 }
 
-// railCounters are one pod's packet counters of one rail: its RDMA
-// device's (rxe's hw_counters) and its netdev's.
-type railCounters struct{ rdmaSent, rdmaRcvd, netTx, netRx int64 }
+// railCounters are one pod's packet counters of one rail.
+type railCounters = railcount.Counters
 
-func (c railCounters) minus(o railCounters) railCounters {
-	return railCounters{c.rdmaSent - o.rdmaSent, c.rdmaRcvd - o.rdmaRcvd, c.netTx - o.netTx, c.netRx - o.netRx}
+// inPods are the rails as the workers see them: each one's device by its
+// name, its netdev by Multus's.
+func (ws railWorkers) inPods() []railcount.Rail {
+	rs := make([]railcount.Rail, len(ws.rails))
+	for k, r := range ws.rails {
+		rs[k] = railcount.Rail{Dev: r.name, Netdev: ifname(k)}
+	}
+	return rs
 }
 
 // counterFiles are the files of every rail's counters in a pod, four
 // per rail in railCounters' order.
-func (ws railWorkers) counterFiles() []string {
-	var files []string
-	for k, r := range ws.rails {
-		hw := "/sys/class/infiniband/" + r.name + "/ports/1/hw_counters/"
-		st := "/sys/class/net/" + ifname(k) + "/statistics/"
-		files = append(files, hw+"sent_pkts", hw+"rcvd_pkts", st+"tx_packets", st+"rx_packets")
-	}
-	return files
-}
+func (ws railWorkers) counterFiles() []string { return railcount.Files(ws.inPods()) }
 
 // parseCounters reads counterFiles' contents, as cat prints them.
 func (ws railWorkers) parseCounters(out string) ([]railCounters, error) {
-	f := strings.Fields(out)
-	if len(f) != 4*len(ws.rails) {
-		return nil, fmt.Errorf("%d counters, want %d: %q", len(f), 4*len(ws.rails), out)
-	}
-	n := make([]int64, len(f))
-	for i, s := range f {
-		var err error
-		if n[i], err = strconv.ParseInt(s, 10, 64); err != nil {
-			return nil, fmt.Errorf("counter %d: %q", i, s)
-		}
-	}
-	var cs []railCounters
-	for k := range ws.rails {
-		cs = append(cs, railCounters{n[4*k], n[4*k+1], n[4*k+2], n[4*k+3]})
-	}
-	return cs, nil
+	return railcount.Parse(out, len(ws.rails))
 }
 
 // counters reads every rail's counters in w's pod, as its sysfs shows
@@ -237,20 +218,17 @@ func (ws railWorkers) countersSince(t *testing.T, before [2][]railCounters) [2][
 	var d [2][]railCounters
 	for w, now := range ws.countersNow(t) {
 		for k, c := range now {
-			d[w] = append(d[w], c.minus(before[w][k]))
+			d[w] = append(d[w], c.Minus(before[w][k]))
 		}
 	}
 	return d
 }
 
-// railRun is one rail's stream of a round: what ib_write_bw said and the
-// packets each end counted.
+// railRun is one rail's part of a round: its stream, if any, with the
+// packets each end counted, and what ib_write_bw said.
 type railRun struct {
-	idle       bool // no stream of the round on this rail
-	bw         rig.WriteBW
-	err        error
-	want       int64 // a stream's RoCE packets: bytes / RoCE MTU
-	sent, rcvd railCounters
+	railcount.Stream
+	bw rig.WriteBW
 }
 
 // mtuLine is the RoCE MTU perftest reports it used.
@@ -277,12 +255,11 @@ type railRound struct {
 // name, on a TCP port of its own, and stopped after limit, and returns
 // every rail's run, those outside group idle (one may fail: a stream
 // whose packets go to another NIC retries until it gives up, or stalls).
-// With flush, both sides empty their neighbour tables first, so that ARP
-// is asked again. Each side's part is one exec (roundScript), the servers
-// checked listening by one exec at a time: an exec costs seconds of the
-// emulated node's CPU, and one per run, poll or counter read starved the
-// runs and slowed the stage.
-func (ws railWorkers) round(t *testing.T, n int, group []int, srv, cli spanWorker, limit time.Duration, flush bool) railRound {
+// prep says what the sides do first. Each side's part is one exec
+// (roundScript), the servers checked listening by one exec at a time: an
+// exec costs seconds of the emulated node's CPU, and one per run, poll or
+// counter read starved the runs and slowed the stage.
+func (ws railWorkers) round(t *testing.T, n int, group []int, srv, cli spanWorker, limit time.Duration, prep roundPrep) railRound {
 	t.Helper()
 	secs := int(limit / time.Second)
 	var srvRuns, cliRuns [][]string
@@ -301,14 +278,14 @@ func (ws railWorkers) round(t *testing.T, n int, group []int, srv, cli spanWorke
 	defer cancel()
 	srvDone := make(chan string, 1)
 	go func() {
-		o, e, _ := execCtx(c, workersNS, srv.name, "worker", "sh", "-c", ws.roundScript(flush, srvRuns, secs+15))
+		o, e, _ := execCtx(c, workersNS, srv.name, "worker", "sh", "-c", ws.roundScript(prep.flush, "", srvRuns, secs+15))
 		srvDone <- withStderr(o, e)
 	}()
-	if err := waitListening(c, srv, ports); err != nil {
+	if err := waitListening(c, srv, ports, 90*time.Second); err != nil {
 		execCtx(c, workersNS, srv.name, "worker", "busybox", "killall", "ib_write_bw")
-		t.Fatalf("%v\n%s", err, <-srvDone)
+		t.Fatalf("ib_write_bw servers: %v\n%s", err, <-srvDone)
 	}
-	o, e, err := execCtx(c, workersNS, cli.name, "worker", "sh", "-c", ws.roundScript(flush, cliRuns, secs))
+	o, e, err := execCtx(c, workersNS, cli.name, "worker", "sh", "-c", ws.roundScript(prep.flush, prep.cli, cliRuns, secs))
 	cliOut := sections(withStderr(o, e))
 	if !allCompleted(perRun(cliOut, len(group))) {
 		// A server whose writer gave up would wait out its own limit for
@@ -319,6 +296,9 @@ func (ws railWorkers) round(t *testing.T, n int, group []int, srv, cli spanWorke
 	side := func(w spanWorker, out map[string]string) (before, after []railCounters) {
 		if strings.Contains(out["flush"], "FAILED") {
 			t.Fatalf("%s: busybox ip neigh flush: %s", w.name, out["flush"])
+		}
+		if strings.Contains(out["prep"], "FAILED") {
+			t.Fatalf("%s: before round %d: %s", w.name, n, out["prep"])
 		}
 		var errB, errA error
 		before, errB = ws.parseCounters(out["before"])
@@ -333,40 +313,52 @@ func (ws railWorkers) round(t *testing.T, n int, group []int, srv, cli spanWorke
 
 	runs := make([]railRun, len(ws.rails))
 	for k := range runs {
-		runs[k].idle = true
+		runs[k].Idle = true
 	}
 	cliRunOut, srvRunOut := perRun(cliOut, len(group)), perRun(srvOut, len(group))
 	mtu := 1024
 	for i, k := range group {
-		runs[k].idle = false
-		runs[k].bw, runs[k].err = parseRun(cliRunOut[i], srvRunOut[i])
-		if err != nil && runs[k].err == nil {
-			runs[k].err = err
+		runs[k].Idle = false
+		runs[k].bw, runs[k].Err = parseRun(cliRunOut[i], srvRunOut[i])
+		if err != nil && runs[k].Err == nil {
+			runs[k].Err = err
 		}
 		if m := mtuLine.FindStringSubmatch(runs[k].bw.Output); m != nil {
 			mtu, _ = strconv.Atoi(m[1])
 		}
 	}
 	for k := range ws.rails {
-		runs[k].want = int64(railSize * railIters / mtu)
-		runs[k].sent, runs[k].rcvd = cliAfter[k].minus(cliBefore[k]), srvAfter[k].minus(srvBefore[k])
+		runs[k].Want = int64(railSize * railIters / mtu)
+		runs[k].Sent, runs[k].Rcvd = cliAfter[k].Minus(cliBefore[k]), srvAfter[k].Minus(srvBefore[k])
 	}
 	return railRound{runs: runs, cliNeighbours: cliOut["neighbours"], srvMACs: strings.Fields(srvOut["macs"])}
+}
+
+// roundPrep is what the sides of a round do before it: with flush, both
+// empty their neighbour tables, so that ARP is asked again; cli is a
+// command the writer runs then (roundScript).
+type roundPrep struct {
+	flush bool
+	cli   string
 }
 
 // roundScript is one side's part of a round, a shell script whose output
 // parts each follow a line "@@@ NAME" (sections): with flush, its
 // neighbour tables emptied ("flush", FAILED in it if one could not be);
-// its rails' counters "before" the runs, which start at once
-// (inParallel), and "after" them; then its "neighbours" table and each
-// rail's netdev's MAC ("macs").
-func (ws railWorkers) roundScript(flush bool, argvs [][]string, secs int) string {
+// prep, if any, run ("prep", FAILED in it if it failed); its rails'
+// counters "before" the runs, which start at once (inParallel), and
+// "after" them; then its "neighbours" table and each rail's netdev's MAC
+// ("macs").
+func (ws railWorkers) roundScript(flush bool, prep string, argvs [][]string, secs int) string {
 	var b strings.Builder
 	if flush {
 		b.WriteString("echo '@@@ flush'\n")
 		for k := range ws.rails {
 			fmt.Fprintf(&b, "busybox ip neigh flush dev %s 2>&1 || echo FAILED\n", ifname(k))
 		}
+	}
+	if prep != "" {
+		fmt.Fprintf(&b, "echo '@@@ prep'; { %s; } 2>&1 || echo FAILED\n", prep)
 	}
 	counters := "cat " + strings.Join(ws.counterFiles(), " ")
 	fmt.Fprintf(&b, "echo '@@@ before'; %s\n", counters)
@@ -447,11 +439,11 @@ func parseRun(cli, srv string) (rig.WriteBW, error) {
 	return bw, err
 }
 
-// waitListening waits until a server listens on every one of ports in
-// w's pod.
-func waitListening(c context.Context, w spanWorker, ports []int) error {
+// waitListening waits, at most limit, until a process listens on every
+// one of ports in w's pod, as its /proc/net/tcp shows.
+func waitListening(c context.Context, w spanWorker, ports []int, limit time.Duration) error {
 	var last string
-	for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline); time.Sleep(time.Second) {
+	for deadline := time.Now().Add(limit); time.Now().Before(deadline); time.Sleep(time.Second) {
 		tcp, _, err := execCtx(c, workersNS, w.name, "worker", "cat", "/proc/net/tcp", "/proc/net/tcp6")
 		if err != nil {
 			last = err.Error()
@@ -468,20 +460,20 @@ func waitListening(c context.Context, w spanWorker, ports []int) error {
 		}
 		last = "not listening on " + strings.Join(missing, ", ")
 	}
-	return fmt.Errorf("ib_write_bw servers in %s: %s after 90s", w.name, last)
+	return fmt.Errorf("%s: %s after %s", w.name, last, limit)
 }
 
 // describe is a rail's run in one line.
-func (run railRun) describe(r rail, srv, cli spanWorker) string {
+func (run railRun) describe(r rail, k int, srv, cli spanWorker) string {
 	res := fmt.Sprintf("%.2f MB/s", run.bw.AverageMBps)
 	switch {
-	case run.idle:
+	case run.Idle:
 		res = "idle"
-	case run.err != nil:
-		res = "FAILED: " + firstLine(run.err.Error())
+	case run.Err != nil:
+		res = "FAILED: " + firstLine(run.Err.Error())
 	}
-	return fmt.Sprintf("%s (%s), node %d -> node %d: %s; a stream %d packets: writer's device sent %d (netdev tx %d), reader's device received %d (netdev rx %d)",
-		r.name, r.nic, cli.node, srv.node, res, run.want, run.sent.rdmaSent, run.sent.netTx, run.rcvd.rdmaRcvd, run.rcvd.netRx)
+	return fmt.Sprintf("%s (%s, node's %s), node %d -> node %d: %s; a stream %d packets: writer's device sent %d (netdev tx %d), reader's device received %d (netdev rx %d)",
+		r.name, ifname(k), r.nic, cli.node, srv.node, res, run.Want, run.Sent.RDMASent, run.Sent.NetTx, run.Rcvd.RDMARcvd, run.Rcvd.NetRx)
 }
 
 func firstLine(s string) string {
@@ -489,52 +481,51 @@ func firstLine(s string) string {
 	return l
 }
 
-// kept fails t unless every stream of a round entered and left by its
-// rail's NIC: it completed, the writer's device and netdev sent and the
-// reader's received at least the stream's packets and at most 15 % more
-// (rxe resends what went astray: a stream whose packets reached another
-// rail's NIC shows as resends on its own rail), and the rails without a
-// stream carried less than a tenth of one (packets astray show there).
+// kept fails t unless every stream of a round kept to its rail's NICs
+// (railcount.Verdict: exact RoCE counts on the stream's rail at both
+// ends, the netdevs within railcount.NetdevAllowance, nothing on the
+// other rails), logging every rail's run.
 func (ws railWorkers) kept(t *testing.T, runs []railRun, srv, cli spanWorker) {
 	t.Helper()
 	for k, run := range runs {
-		r := ws.rails[k]
-		t.Logf("rail %s", run.describe(r, srv, cli))
-		if run.err != nil {
-			t.Errorf("rail %s, node %d -> node %d: %v", r.name, cli.node, srv.node, run.err)
-			continue
-		}
-		lo, hi, want := run.want, run.want+run.want*15/100, fmt.Sprintf("its stream's %d, +15 %% for resends", run.want)
-		if run.idle {
-			lo, hi, want = 0, run.want/10-1, fmt.Sprintf("no stream of its own: under a tenth of another's %d", run.want)
-		}
-		for _, c := range []struct {
-			what string
-			n    int64
-		}{
-			{fmt.Sprintf("node %d's %s sent", cli.node, r.name), run.sent.rdmaSent},
-			{fmt.Sprintf("node %d's %s transmitted", cli.node, ifname(k)), run.sent.netTx},
-			{fmt.Sprintf("node %d's %s received", srv.node, r.name), run.rcvd.rdmaRcvd},
-			{fmt.Sprintf("node %d's %s received", srv.node, ifname(k)), run.rcvd.netRx},
-		} {
-			if c.n < lo || c.n > hi {
-				t.Errorf("rail %s: %s %d packets, want %d to %d (%s): the streams did not keep to their rails' NICs",
-					r.name, c.what, c.n, lo, hi, want)
-			}
-		}
+		t.Logf("rail %s", run.describe(ws.rails[k], k, srv, cli))
+	}
+	for _, f := range ws.verdict(runs, srv, cli) {
+		t.Errorf("%s: the streams did not keep to their rails' NICs", f.Msg)
 	}
 }
 
-// arpOf reads net.ipv4.conf.<netdev>.arp_ignore and arp_announce in w's
-// pod.
-func (ws railWorkers) arpOf(t *testing.T, w spanWorker, netdev string) string {
+// verdict is railcount.Verdict of a round from cli into srv.
+func (ws railWorkers) verdict(runs []railRun, srv, cli spanWorker) []railcount.Fault {
+	streams := make([]railcount.Stream, len(runs))
+	for k, run := range runs {
+		streams[k] = run.Stream
+	}
+	return railcount.Verdict(ws.inPods(), streams, cli.label(), srv.label())
+}
+
+// label is the worker in a verdict's words: its node and name.
+func (w spanWorker) label() string { return fmt.Sprintf("node %d's %s", w.node, w.name) }
+
+// arpOf reads net.ipv4.conf.<netdev>.arp_ignore and arp_announce of
+// each of netdevs in w's pod, in one exec: "ignore/announce" each, spaced.
+func (ws railWorkers) arpOf(t *testing.T, w spanWorker, netdevs ...string) string {
 	t.Helper()
-	d := "/proc/sys/net/ipv4/conf/" + netdev + "/"
-	out, stderr, err := execIn(t, workersNS, w.name, "worker", "cat", d+"arp_ignore", d+"arp_announce")
+	var files []string
+	for _, nd := range netdevs {
+		d := "/proc/sys/net/ipv4/conf/" + nd + "/"
+		files = append(files, d+"arp_ignore", d+"arp_announce")
+	}
+	out, stderr, err := execIn(t, workersNS, w.name, "worker", append([]string{"cat"}, files...)...)
 	if err != nil {
 		t.Fatalf("%s: %v\n%s", w.name, err, stderr)
 	}
-	return strings.Join(strings.Fields(out), "/")
+	f := strings.Fields(out)
+	var pairs []string
+	for i := 0; i+1 < len(f); i += 2 {
+		pairs = append(pairs, f[i]+"/"+f[i+1])
+	}
+	return strings.Join(pairs, " ")
 }
 
 // crossedNeighbours lists the entries of the writer's neighbour table
@@ -566,22 +557,12 @@ func (ws railWorkers) crossedNeighbours(rd railRound, srv, cli spanWorker) []str
 	return crossed
 }
 
-// railFindings runs `rdma-netns doctor --pid` on node 1's worker (the
-// doctor reads the pod's netns on its node) and returns its findings of
-// the rails checks, logging its text.
-func (ws railWorkers) railFindings(t *testing.T) []doctor.Finding {
+// railFindings runs `rdma-netns doctor --pid` on w's pod on its node
+// (doctorOn) and returns its findings of the rails checks.
+func (ws railWorkers) railFindings(t *testing.T, w spanWorker) []doctor.Finding {
 	t.Helper()
-	pid := strconv.Itoa(containerPidOf(t, ws.pods[0].name))
-	bin := cririg.CNIBinDir + "/rdma-netns"
-	if text, _, err := doctorrun.Text(bin, "--pid", pid); err == nil {
-		t.Logf("rdma-netns doctor --pid %s (%s):\n%s", pid, ws.pods[0].name, text)
-	}
-	r, _, err := doctorrun.JSON(bin, "--pid", pid)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var out []doctor.Finding
-	for _, f := range r.Findings {
+	for _, f := range doctorOn(t, w).Findings {
 		if strings.HasPrefix(f.Check, "rail") {
 			out = append(out, f)
 		}
@@ -635,13 +616,53 @@ func unquotedNames(fix string) []string {
 	return bare
 }
 
+// railsClean fails t unless the doctor, on each worker's pod, makes the
+// rails findings a job whose rails keep apart must get, each OK: rail-gid
+// and rail-arp for every rail, one rails finding naming every rail's
+// netdev; and no rails finding that is not OK. A doctor that found no
+// rails, or read another pod, fails it.
+func (ws railWorkers) railsClean(t *testing.T) {
+	t.Helper()
+	var netdevs, want []string
+	for k, r := range ws.rails {
+		netdevs = append(netdevs, ifname(k))
+		subj := fmt.Sprintf("%s (%s)", r.name, ifname(k))
+		want = append(want, "rail-gid "+subj, "rail-arp "+subj)
+	}
+	want = append(want, "rails "+strings.Join(netdevs, " "))
+	for _, w := range ws.pods {
+		ok := map[string]bool{}
+		for _, f := range ws.railFindings(t, w) {
+			if f.Severity != doctor.OK {
+				t.Errorf("doctor on %s's rails kept apart: %s %s %s: %s", w.label(), f.Severity, f.Check, f.Subject, f.Reason)
+				continue
+			}
+			subj := f.Subject
+			if f.Check == "rails" { // the netdevs, in the doctor's order
+				nds := strings.Fields(subj)
+				sort.Strings(nds)
+				subj = strings.Join(nds, " ")
+			}
+			ok[f.Check+" "+subj] = true
+		}
+		for _, c := range want {
+			if !ok[c] {
+				t.Errorf("doctor on %s: no OK %s, which every rail of a job kept apart gets", w.label(), c)
+			}
+		}
+	}
+}
+
 // railGroups are, for each direction of the job's perftest, the rails
-// whose streams run at once in a round, as indices into jobRails' four:
-// all four (every stream on its own rail however busy the others), then
-// one layout's two with the other layout's quiet (a stream astray would
-// show on a quiet rail): the rail-optimized pair one way, the shared pair
-// the other, so that each rail is quiet in one round.
-var railGroups = [2][][]int{{{0, 1, 2, 3}, {0, 1}}, {{0, 1, 2, 3}, {2, 3}}}
+// whose streams run at once in a round, as indices into jobRails' four
+// (r0 r1 rail-optimized, s0 s1 on the shared segment): all four node 2
+// into node 1 (every stream on its own rail however busy the others);
+// then, each way, r0 and s0 with r1 and s1 quiet, and r1 and s1 with r0
+// and s0 quiet. So each shared rail is quiet while its neighbour on the
+// segment streams, in both directions: a stream crossing to the
+// neighbour's NIC, the one crossing the segment allows, lands on a quiet
+// rail (and, when the neighbour streams too, beyond its exact count).
+var railGroups = [2][][]int{{{0, 1, 2, 3}, {0, 2}, {1, 3}}, {{0, 2}, {1, 3}}}
 
 // groups are the rounds' rails of direction dir (0 or 1): railGroups with
 // the rails' layout, the one rail otherwise.
@@ -666,11 +687,13 @@ func (ws railWorkers) devNames() []string {
 
 // railsAtARPDefaults is TestTwoNodes's last part on the rails' layout:
 // the shared rails without the NAD's chain (overlays/nad-rails-shared-bare),
-// at the kernel's ARP defaults. Over rounds with the neighbour tables
-// flushed between them, what happens is logged (it is a race between two
-// ARP answers: a crossed neighbour entry, resends, a stream that stalls),
-// and the doctor must name the rails' ARP settings. Deleted, every rail's
-// device and NIC are home on both nodes.
+// at the kernel's ARP defaults, in both pods. Over rounds with the
+// neighbour tables flushed between them, what happens is logged (it is a
+// race between two ARP answers: a crossed neighbour entry, resends, a
+// stream that stalls); then a round with a stream sent astray on purpose
+// (astrayControl) must be named so; the doctor must name the rails' ARP
+// settings in both pods. Deleted, every rail's device and NIC are home on
+// both nodes.
 func railsAtARPDefaults(t *testing.T) {
 	if !railsLayout() {
 		t.Skipf("the pair booted with %d rails of their own and ARP defaults %v: the rails need --rails %d --arp-defaults and %d NICs (the Makefile's K8S_PAIR_OPTS and K8S_PAIR_NICS)",
@@ -685,50 +708,96 @@ func railsAtARPDefaults(t *testing.T) {
 	}
 	ws := startRailWorkers(t, "bare", withDevs(t, sharedRails),
 		corev1.EnvVar{Name: "UCX_NET_DEVICES", Value: ucxPorts(devs)}, corev1.EnvVar{Name: "UCX_TLS", Value: "ud_verbs,self"})
-	if got := ws.arpOf(t, ws.pods[0], "all") + " " + ws.arpOf(t, ws.pods[0], ifname(0)); got != "0/0 0/0" {
-		t.Fatalf("%s: arp_ignore/arp_announce (all, net1) %s, want the kernel's 0/0 0/0: the pair must boot with --arp-defaults (K8S_PAIR_OPTS)", ws.pods[0].name, got)
+	for _, w := range ws.pods {
+		if got := ws.arpOf(t, w, "all", ifname(0), ifname(1)); got != "0/0 0/0 0/0" {
+			t.Fatalf("%s: arp_ignore/arp_announce (all, net1, net2) %s, want the kernel's 0/0 0/0 0/0: the pair must boot with --arp-defaults (K8S_PAIR_OPTS)", w.label(), got)
+		}
 	}
 	const rounds = 3
 	both := []int{0, 1}
 	kept := 0
+	macs := map[string][]string{} // each pod's rails' MACs, as its rounds as reader read them
 	for n := range rounds {
 		srv, cli := ws.pods[n%2], ws.pods[1-n%2]
 		// 20 s: a stream on its own rail takes 2-10 s here; one whose
 		// packets reach the other rail's NIC never completes. Both
 		// neighbour tables flushed first: every round asks ARP again.
-		rd := ws.round(t, n, both, srv, cli, 20*time.Second, true)
-		ok := true
+		rd := ws.round(t, n, both, srv, cli, 20*time.Second, roundPrep{flush: true})
+		macs[srv.name] = rd.srvMACs
 		for k, run := range rd.runs {
-			t.Logf("at the kernel's ARP defaults, round %d: rail %s", n+1, run.describe(ws.rails[k], srv, cli))
-			hi := run.want + run.want*15/100
-			ok = ok && run.err == nil && run.sent.rdmaSent <= hi && run.rcvd.rdmaRcvd >= run.want && run.rcvd.rdmaRcvd <= hi
+			t.Logf("at the kernel's ARP defaults, round %d: rail %s", n+1, run.describe(ws.rails[k], k, srv, cli))
 		}
 		if crossed := ws.crossedNeighbours(rd, srv, cli); len(crossed) > 0 {
 			t.Logf("round %d: ARP flux: %s", n+1, strings.Join(crossed, "; "))
 		}
-		if ok {
+		faults := ws.verdict(rd.runs, srv, cli)
+		for _, f := range faults {
+			t.Logf("round %d: %s", n+1, f.Msg)
+		}
+		if len(faults) == 0 {
 			kept++
 		}
 	}
 	t.Logf("at the kernel's ARP defaults, without tuning and sbr: %d of %d rounds kept every stream on its rail", kept, rounds)
-	var named, ucx bool
-	for _, f := range ws.railFindings(t) {
-		named = named || f.Check == "rail-arp" && f.Severity == doctor.Fail
-		ucx = ucx || f.Check == "rail-ucx" && f.Severity == doctor.Warn
-		if f.Check == "rail-arp" || f.Check == "rail-route" {
-			// The pod names its netdevs: a fix to paste quotes them.
-			if bare := unquotedNames(f.Remedy); len(bare) > 0 {
-				t.Errorf("doctor's %s fix for %s leaves %q outside single quotes: %s", f.Check, f.Subject, bare, f.Remedy)
+	ws.astrayControl(t, rounds, macs[ws.pods[1].name])
+	for _, w := range ws.pods {
+		var arp []string
+		var ucx bool
+		for _, f := range ws.railFindings(t, w) {
+			if f.Check == "rail-arp" && f.Severity == doctor.Fail {
+				arp = append(arp, f.Subject)
+			}
+			ucx = ucx || f.Check == "rail-ucx" && f.Severity == doctor.Warn
+			if f.Check == "rail-arp" || f.Check == "rail-route" {
+				// The pod names its netdevs: a fix to paste quotes them.
+				if bare := unquotedNames(f.Remedy); len(bare) > 0 {
+					t.Errorf("doctor's %s fix for %s on %s leaves %q outside single quotes: %s", f.Check, f.Subject, w.label(), bare, f.Remedy)
+				}
 			}
 		}
-	}
-	if !named {
-		t.Errorf("doctor on rails sharing a subnet at arp_ignore 0: no rail-arp FAIL")
-	}
-	if !ucx {
-		t.Errorf("doctor on a pod whose env gives UCX two rails at its default rail counts: no rail-ucx WARN")
+		if want := fmt.Sprintf("%s (%s) %s (%s)", ws.rails[0].name, ifname(0), ws.rails[1].name, ifname(1)); strings.Join(arp, " ") != want {
+			t.Errorf("doctor on %s, rails sharing a subnet at arp_ignore 0: rail-arp FAIL for %v, want both rails (%s)", w.label(), arp, want)
+		}
+		if !ucx {
+			t.Errorf("doctor on %s, whose env gives UCX two rails at its default rail counts: no rail-ucx WARN", w.label())
+		}
 	}
 	ws.stop(t)
+}
+
+// astrayControl shows that the rails' verdict (kept) names a stream whose
+// packets reach another rail's NIC: in the writer, node 1's pod, the
+// reader's first rail address is pinned to the MAC of the reader's second
+// rail's netdev (srvMACs, the reader's rails' MACs), as ARP flux leaves a
+// neighbour entry, with busybox arp -s (a permanent entry: what `ip neigh
+// replace ADDR lladdr MAC nud permanent` makes; the tools image has
+// busybox's ip, which has no neigh replace). The first rail then streams
+// alone, 12 s at most (a stream astray never completes; rxe resends its
+// window every ~4 s at -u 20), the second quiet, and the verdict must call
+// the first rail's stream astray to the reader's second netdev. n is the
+// round's number (its ports).
+func (ws railWorkers) astrayControl(t *testing.T, n int, srvMACs []string) {
+	t.Helper()
+	cli, srv := ws.pods[0], ws.pods[1]
+	if len(srvMACs) != len(ws.rails) {
+		t.Fatalf("astray control: %s's rails' MACs unread (%q)", srv.label(), srvMACs)
+	}
+	pin := fmt.Sprintf("busybox arp -i %s -s %s %s", ifname(0), ws.rails[0].ip(srv.node), srvMACs[1])
+	rd := ws.round(t, n, []int{0}, srv, cli, 12*time.Second, roundPrep{cli: pin})
+	for k, run := range rd.runs {
+		t.Logf("astray control (%s in %s): rail %s", pin, cli.name, run.describe(ws.rails[k], k, srv, cli))
+	}
+	t.Logf("astray control: %s's neighbours: %s", cli.name, strings.Join(ws.crossedNeighbours(rd, srv, cli), "; "))
+	var msgs []string
+	for _, f := range ws.verdict(rd.runs, srv, cli) {
+		if f.Rail == 0 && f.Astray(1) {
+			t.Logf("astray control, as it must be: %s", f.Msg)
+			return
+		}
+		msgs = append(msgs, f.Msg)
+	}
+	t.Errorf("astray control: %s's %s address pinned to %s's MAC in %s, the per-rail check did not report %s's stream astray to %s's %s; it said: %q",
+		srv.label(), ws.rails[0].name, ifname(1), cli.name, ws.rails[0].name, srv.label(), ifname(1), msgs)
 }
 
 // railBenchRounds is how many rounds of each kind TestBenchRails runs
@@ -764,7 +833,7 @@ func TestBenchRails(t *testing.T) {
 			if i%2 == 1 {
 				j = len(kinds) - 1 - j
 			}
-			runs := ws.round(t, n, kinds[j].group, srv, cli, 2*time.Minute, false).runs
+			runs := ws.round(t, n, kinds[j].group, srv, cli, 2*time.Minute, roundPrep{}).runs
 			n++
 			ws.kept(t, runs, srv, cli)
 			var mbps float64
@@ -776,16 +845,12 @@ func TestBenchRails(t *testing.T) {
 		}
 	}
 	ws.stop(t)
-	med := func(v []float64) float64 {
-		s := slices.Clone(v)
-		slices.Sort(s)
-		return s[len(s)/2]
-	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "ib_write_bw node 2 -> node 1, %d x %d B per rail, %d rounds of each, alternated (TCG-emulated nodes: noisy, the ratio is the figure)\n", railIters, railSize, *railBenchRounds)
 	for j, k := range kinds {
-		fmt.Fprintf(&b, "%-40s aggregate p50 %8.2f MB/s (min %.2f, max %.2f)\n", k.label, med(agg[j]), slices.Min(agg[j]), slices.Max(agg[j]))
+		st := statsOf(agg[j])
+		fmt.Fprintf(&b, "%-40s aggregate p50 %8.2f MB/s (min %.2f, max %.2f)\n", k.label, st.p50, st.min, st.max)
 	}
-	fmt.Fprintf(&b, "two rails / one rail: %.2f\n", med(agg[1])/med(agg[0]))
+	fmt.Fprintf(&b, "two rails / one rail: %.2f\n", statsOf(agg[1]).p50/statsOf(agg[0]).p50)
 	fmt.Printf("=== K8S RAILS BENCH BEGIN ===\n%s=== K8S RAILS BENCH END ===\n", b.String())
 }

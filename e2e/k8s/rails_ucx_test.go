@@ -92,7 +92,7 @@ func (job railWorkers) ucxRailRun(t *testing.T, k ucxRailKind, mtu int64) ucxRai
 	for w, wk := range workers {
 		var sent, rcvd int64
 		for _, c := range run.rails[w] {
-			sent, rcvd = sent+c.rdmaSent, rcvd+c.rdmaRcvd
+			sent, rcvd = sent+c.RDMASent, rcvd+c.RDMARcvd
 		}
 		if sent < need || rcvd < need {
 			t.Errorf("allreduce over RDMA, %s: %s's rails sent %d and received %d RoCE packets, want >= %d each (%d B at MTU %d)",
@@ -109,7 +109,7 @@ func (job railWorkers) describeUCXRun(run ucxRailRun) string {
 	for w, wk := range job.pods {
 		for rl, r := range job.rails {
 			c := run.rails[w][rl]
-			per = append(per, fmt.Sprintf("%s %s %d/%d", wk.name, r.name, c.rdmaSent, c.rdmaRcvd))
+			per = append(per, fmt.Sprintf("%s %s %d/%d", wk.name, r.name, c.RDMASent, c.RDMARcvd))
 		}
 	}
 	return fmt.Sprintf("allreduce %.2f s; RoCE packets sent/received per rail: %s", run.seconds, strings.Join(per, ", "))
@@ -120,12 +120,12 @@ func (job railWorkers) describeUCXRun(run ucxRailRun) string {
 func sentShares(run ucxRailRun, w int) ([]float64, int64) {
 	var total int64
 	for _, c := range run.rails[w] {
-		total += c.rdmaSent
+		total += c.RDMASent
 	}
 	shares := make([]float64, len(run.rails[w]))
 	for rl, c := range run.rails[w] {
 		if total > 0 {
-			shares[rl] = 100 * float64(c.rdmaSent) / float64(total)
+			shares[rl] = 100 * float64(c.RDMASent) / float64(total)
 		}
 	}
 	return shares, total

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -25,13 +26,102 @@ import (
 type tenant struct {
 	ns, network, addr string
 	nic               rig.NIC
+	// The lane's pods and NADs of the tenant so far, the RDMA device
+	// names its NADs give, and what else of its pods the other tenant
+	// must never see (a held device's pod UID, sandbox, netns).
+	pods, nads, devNames, secrets []string
+}
+
+// identifiers are what names tn to the other tenant: its namespace as
+// objects in it are named (NS/NAME), its pods and NADs, its NIC's netdev,
+// RDMA device and PCI address, the device names its NADs give, and its
+// pods' secrets.
+func (tn *tenant) identifiers() []string {
+	ids := []string{tn.ns + "/", tn.nic.Netdev, tn.nic.RDMA, tn.nic.PCI}
+	ids = append(ids, tn.pods...)
+	ids = append(ids, tn.nads...)
+	ids = append(ids, tn.devNames...)
+	return append(ids, tn.secrets...)
 }
 
 // tenancy is one lane of TestTenants: its two tenants, and the host's
-// netdevs and RDMA devices before the test, when no pod held any NIC.
+// netdevs and RDMA devices before the test, when no pod held any NIC;
+// the pods created since the last search of their events (noLeak), and
+// what each NAD of the lane writes (its NIC and rdma-netns settings).
 type tenancy struct {
 	t1, t2        *tenant
 	netdevs, rdma []string
+	pending       []*corev1.Pod
+	nadWrites     map[string]string // "ns/name" -> what the NAD names
+}
+
+// rdmaDevNameOf is the rdmaDevName a NAD's rdma-netns settings give.
+var rdmaDevNameOf = regexp.MustCompile(`"rdmaDevName":\s*"([^"]*)"`)
+
+// nad is the package's nad in tn's namespace on tn's address, recorded as
+// tn's.
+func (ts *tenancy) nad(t *testing.T, tn *tenant, name, netdev, rdmaExtra string, opts ...nadOption) {
+	t.Helper()
+	nad(t, tn.ns, name, netdev, tn.addr, rdmaExtra, opts...)
+	tn.nads = append(tn.nads, name)
+	if m := rdmaDevNameOf.FindStringSubmatch(rdmaExtra); m != nil {
+		tn.devNames = append(tn.devNames, m[1])
+	}
+	ts.nadWrites[tn.ns+"/"+name] = netdev + " " + rdmaExtra
+}
+
+func (ts *tenancy) tenantOf(ns string) *tenant {
+	if ns == ts.t1.ns {
+		return ts.t1
+	}
+	return ts.t2
+}
+
+// track records a pod the case creates: its name is its tenant's, and
+// noLeak searches its events.
+func (ts *tenancy) track(pod *corev1.Pod) {
+	tn := ts.tenantOf(pod.Namespace)
+	tn.pods = append(tn.pods, pod.Name)
+	ts.pending = append(ts.pending, pod)
+}
+
+// runsWith is the package's runsWith for a pod of tn, tracked.
+func (ts *tenancy) runsWith(t *testing.T, tn *tenant, name, network, dev string) string {
+	t.Helper()
+	ts.track(toolsPod(tn.ns, name, network))
+	return runsWith(t, tn.ns, name, network, dev)
+}
+
+// noLeak searches the events of every pod created since the last search
+// for every identifier of the other tenant, but what the pod itself wrote
+// (its networks annotation, the NADs it names): a refusal quotes the
+// value it refused. Each case ends with it.
+func (ts *tenancy) noLeak(t *testing.T) {
+	t.Helper()
+	for _, pod := range ts.pending {
+		other := ts.t2
+		if ts.tenantOf(pod.Namespace) == ts.t2 {
+			other = ts.t1
+		}
+		network := pod.Annotations["k8s.v1.cni.cncf.io/networks"]
+		wrote := network
+		for nad, w := range ts.nadWrites {
+			ns, name, _ := strings.Cut(nad, "/")
+			if ns == pod.Namespace && strings.Contains(network, name) {
+				wrote += " " + w
+			}
+		}
+		evs := events(t, pod.Namespace, pod.Name)
+		if evs == "" {
+			t.Errorf("pod %s/%s has no events: nothing to search", pod.Namespace, pod.Name)
+		}
+		for _, id := range other.identifiers() {
+			if strings.Contains(evs, id) && !strings.Contains(wrote, id) {
+				t.Errorf("pod %s/%s's events name %s of tenant %s, which the pod did not write:\n%s", pod.Namespace, pod.Name, id, other.ns, evs)
+			}
+		}
+	}
+	ts.pending = nil
 }
 
 // Issue 35 on a real node: two namespaces, t1 and t2, each with its NAD
@@ -41,10 +131,14 @@ type tenancy struct {
 // malformed rdmaDevName, or the name t2's NAD gives its device; or its
 // operator's NAD names the device t2's pod holds. Each is refused with an
 // event that says which input, with which value, and why, and that names
-// no other RDMA device of the node and nothing of t2's pod; t2's pod
-// starts with its own device; after each the host has the tenants' NICs
-// and RDMA devices back under their own names, and the NAD's next pod
-// starts with its device.
+// no other RDMA device of the node; t2's pod starts with its own device;
+// after each the host has the tenants' NICs and RDMA devices back under
+// their own names, and the NAD's next pod starts with its device. After
+// every case (the control character in an interface name and 200,000
+// '<' of cni-args too), the events of each pod it created, t1's and t2's,
+// name nothing of the other tenant but what the pod itself wrote (noLeak:
+// namespace, pods, NADs, netdev, RDMA devices, PCI address, a held
+// device's pod UID, sandbox and netns).
 //
 // The cases run in two lanes at once, each on a NIC pair of its own
 // (eth4/eth5, eth6/eth7) with NADs of its own in the same two namespaces:
@@ -72,13 +166,14 @@ func TestTenants(t *testing.T) {
 				ts := &tenancy{
 					t1:      &tenant{ns: "t1", network: "t1-net-" + l.nics[0], addr: fmt.Sprintf("10.100.%d.1/29", 111+2*i), nic: nicNamed(t, l.nics[0])},
 					t2:      &tenant{ns: "t2", network: "t2-net-" + l.nics[1], addr: fmt.Sprintf("10.100.%d.1/29", 112+2*i), nic: nicNamed(t, l.nics[1])},
-					netdevs: netdevs, rdma: rdma,
+					netdevs: netdevs, rdma: rdma, nadWrites: map[string]string{},
 				}
 				for _, tn := range []*tenant{ts.t1, ts.t2} {
-					nad(t, tn.ns, tn.network, tn.nic.Netdev, tn.addr, "")
+					ts.nad(t, tn, tn.network, tn.nic.Netdev, "")
 				}
 				for _, c := range l.cases {
 					c(ts, t)
+					ts.noLeak(t)
 				}
 			})
 		}
@@ -118,7 +213,7 @@ func (ts *tenancy) otherDevice(t *testing.T) {
 		hostile := toolsPod(t1.ns, "t1-rdmadevice", selection(t1.network, "cni-args", map[string]any{"rdmaDevice": t2.nic.RDMA}))
 		ts.refused(t, hostile, "args.cni.rdmaDevice", strconv.Quote(t2.nic.RDMA), "refused", "nothing was changed")
 		// t2's pod starts with its own device while t1's keeps retrying.
-		runsWith(t, t2.ns, "t2-rdmadevice", t2.network, t2.nic.RDMA)
+		ts.runsWith(t, t2, "t2-rdmadevice", t2.network, t2.nic.RDMA)
 		deletePod(t, t1.ns, hostile.Name, metav1.DeleteOptions{})
 		deletePod(t, t2.ns, "t2-rdmadevice", metav1.DeleteOptions{})
 		ts.settled(t)
@@ -136,12 +231,11 @@ func (ts *tenancy) otherDeviceID(t *testing.T) {
 		// (when no device plugin allocated one), as conf/nad-device-info.yaml
 		// declares it.
 		allowed := fmt.Sprintf(`, "capabilities": {"deviceID": true}, "allowedPodDevices": [%q]`, t1.nic.RDMA)
-		nad(t, t1.ns, "t1-devid", t1.nic.Netdev, t1.addr, allowed)
+		ts.nad(t, t1, "t1-devid", t1.nic.Netdev, allowed)
 		hostile := toolsPod(t1.ns, "t1-deviceid", selection("t1-devid", "deviceID", t2.nic.PCI))
 		// The refusal names the list, never what the deviceID led to.
 		ts.refused(t, hostile, "runtimeConfig.deviceID", strconv.Quote(t2.nic.PCI), "refused", "allowedPodDevices are "+t1.nic.RDMA, "nothing was changed")
-		ts.namesNot(t, hostile, t2.nic.RDMA)
-		runsWith(t, t2.ns, "t2-deviceid", t2.network, t2.nic.RDMA)
+		ts.runsWith(t, t2, "t2-deviceid", t2.network, t2.nic.RDMA)
 		deletePod(t, t1.ns, hostile.Name, metav1.DeleteOptions{})
 		deletePod(t, t2.ns, "t2-deviceid", metav1.DeleteOptions{})
 		ts.settled(t)
@@ -153,13 +247,12 @@ func (ts *tenancy) otherDeviceID(t *testing.T) {
 		// no NIC of its own) and rdma-netns, which sees the same deviceID,
 		// holds it to allowedPodDevices: t1's pod naming t2's free NIC is
 		// refused, the chain's DEL gives the NIC back, and t2's pod starts.
-		nad(t, t1.ns, "t1-pick", "", t1.addr, allowed, byPodDeviceID)
+		ts.nad(t, t1, "t1-pick", "", allowed, byPodDeviceID)
 		hostile = toolsPod(t1.ns, "t1-pick", selection("t1-pick", "deviceID", t2.nic.PCI))
 		ts.refused(t, hostile, "runtimeConfig.deviceID", strconv.Quote(t2.nic.PCI), "refused", "allowedPodDevices are "+t1.nic.RDMA, "nothing was changed")
-		ts.namesNot(t, hostile, t2.nic.RDMA)
 		deletePod(t, t1.ns, hostile.Name, metav1.DeleteOptions{})
 		ts.settled(t)
-		runsWith(t, t2.ns, "t2-pick", t2.network, t2.nic.RDMA)
+		ts.runsWith(t, t2, "t2-pick", t2.network, t2.nic.RDMA)
 		deletePod(t, t2.ns, "t2-pick", metav1.DeleteOptions{})
 		ts.settled(t)
 		ts.nextStarts(t, "t1-pick-next", selection("t1-pick", "deviceID", t1.nic.PCI))
@@ -197,20 +290,11 @@ func (ts *tenancy) podChosenIfName(t *testing.T) {
 func (ts *tenancy) hugeCNIArgs(t *testing.T) {
 	t.Run("cni-args of 200,000 '<'", func(t *testing.T) {
 		t1 := ts.t1
-		runsWith(t, t1.ns, "t1-huge-args", selection(t1.network, "cni-args", map[string]any{"note": strings.Repeat("<", 200000)}), t1.nic.RDMA)
+		ts.runsWith(t, t1, "t1-huge-args", selection(t1.network, "cni-args", map[string]any{"note": strings.Repeat("<", 200000)}), t1.nic.RDMA)
 		deletePod(t, t1.ns, "t1-huge-args", metav1.DeleteOptions{})
 		ts.settled(t)
 		ts.nextStarts(t, "t1-huge-args-next", t1.network)
 	})
-}
-
-// namesNot fails the test when the pod's events name dev, which the pod
-// did not write.
-func (ts *tenancy) namesNot(t *testing.T, pod *corev1.Pod, dev string) {
-	t.Helper()
-	if evs := events(t, pod.Namespace, pod.Name); strings.Contains(evs, dev) {
-		t.Errorf("pod %s/%s's events name RDMA device %s:\n%s", pod.Namespace, pod.Name, dev, evs)
-	}
 }
 
 // malformedDevName: cni-args rdmaDevName is no RDMA device name.
@@ -247,17 +331,17 @@ func (ts *tenancy) otherNADsDevName(t *testing.T) {
 	t.Run("cni-args rdmaDevName of the other tenant's NAD", func(t *testing.T) {
 		t1, t2 := ts.t1, ts.t2
 		const job = "rdma_job0"
-		nad(t, t2.ns, "t2-job", t2.nic.Netdev, t2.addr, `, "rdmaDevName": "`+job+`"`)
+		ts.nad(t, t2, "t2-job", t2.nic.Netdev, `, "rdmaDevName": "`+job+`"`)
 		hostile := toolsPod(t1.ns, "t1-job", selection(t1.network, "cni-args", map[string]any{"rdmaDevName": job}))
 		ts.refused(t, hostile, "args.cni.rdmaDevName", strconv.Quote(job), "refused", "nothing was changed")
-		runsWith(t, t2.ns, "t2-job", "t2-job", job)
+		ts.runsWith(t, t2, "t2-job", "t2-job", job)
 		deletePod(t, t1.ns, hostile.Name, metav1.DeleteOptions{})
 		ts.settled(t, t2)
 		ts.nextStarts(t, "t1-job-next", t1.network, t2)
 
 		// A NAD that lets its pods name their device (podRdmaDevNamePrefix)
 		// takes only names with its prefix, and only well-formed ones.
-		nad(t, t1.ns, "t1-named", t1.nic.Netdev, t1.addr, `, "podRdmaDevNamePrefix": "t1-"`)
+		ts.nad(t, t1, "t1-named", t1.nic.Netdev, `, "podRdmaDevNamePrefix": "t1-"`)
 		hostile = toolsPod(t1.ns, "t1-named-job", selection("t1-named", "cni-args", map[string]any{"rdmaDevName": job}))
 		ts.refused(t, hostile, "args.cni.rdmaDevName", strconv.Quote(job), "refused", "podRdmaDevNamePrefix", "nothing was changed")
 		deletePod(t, t1.ns, hostile.Name, metav1.DeleteOptions{})
@@ -266,7 +350,7 @@ func (ts *tenancy) otherNADsDevName(t *testing.T) {
 		ts.refused(t, hostile, "args.cni.rdmaDevName", strconv.Quote("t1-a/b"), "refused")
 		deletePod(t, t1.ns, hostile.Name, metav1.DeleteOptions{})
 		ts.settled(t, t2)
-		runsWith(t, t1.ns, "t1-named-next", selection("t1-named", "cni-args", map[string]any{"rdmaDevName": "t1-job0"}), "t1-job0")
+		ts.runsWith(t, t1, "t1-named-next", selection("t1-named", "cni-args", map[string]any{"rdmaDevName": "t1-job0"}), "t1-job0")
 
 		deletePod(t, t1.ns, "t1-named-next", metav1.DeleteOptions{})
 		deletePod(t, t2.ns, "t2-job", metav1.DeleteOptions{})
@@ -276,13 +360,12 @@ func (ts *tenancy) otherNADsDevName(t *testing.T) {
 		// A prefix that t2's name starts with: once t2's network has run a
 		// pod on the node, its name is reserved there, and t1's pod cannot
 		// take it even while no pod holds it; t2's next pod starts with it.
-		nad(t, t1.ns, "t1-squat", t1.nic.Netdev, t1.addr, `, "podRdmaDevNamePrefix": "rdma_"`)
+		ts.nad(t, t1, "t1-squat", t1.nic.Netdev, `, "podRdmaDevNamePrefix": "rdma_"`)
 		hostile = toolsPod(t1.ns, "t1-squat", selection("t1-squat", "cni-args", map[string]any{"rdmaDevName": job}))
 		ts.refused(t, hostile, "args.cni.rdmaDevName", strconv.Quote(job), "refused", "another network on this node gives its pods that name", "nothing was changed")
-		ts.namesNot(t, hostile, "t2-job")
 		deletePod(t, t1.ns, hostile.Name, metav1.DeleteOptions{})
 		ts.settled(t)
-		runsWith(t, t2.ns, "t2-job-next", "t2-job", job)
+		ts.runsWith(t, t2, "t2-job-next", "t2-job", job)
 		deletePod(t, t2.ns, "t2-job-next", metav1.DeleteOptions{})
 		ts.settled(t)
 	})
@@ -294,25 +377,19 @@ func (ts *tenancy) heldByOtherNamespace(t *testing.T) {
 	t.Run("device held by a pod of another namespace", func(t *testing.T) {
 		t1, t2 := ts.t1, ts.t2
 		held := t2.nic.RDMA
-		holderNetns := runsWith(t, t2.ns, "t2-holder", t2.network, held)
+		holderNetns := ts.runsWith(t, t2, "t2-holder", t2.network, held)
 		holder, err := cs.CoreV1().Pods(t2.ns).Get(ctx(t), "t2-holder", metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		sandbox := sandboxOf(t, t2.ns, "t2-holder").Id
 		// t1's operator names t2's device in t1's NAD, on t1's NIC.
-		nad(t, t1.ns, "t1-thief", t1.nic.Netdev, t1.addr, `, "rdmaDevice": "`+held+`"`)
+		ts.nad(t, t1, "t1-thief", t1.nic.Netdev, `, "rdmaDevice": "`+held+`"`)
+		// What names the holder beyond its name, searched for in every
+		// later t1 pod's events (noLeak).
+		t2.secrets = append(t2.secrets, string(holder.UID), sandbox, holderNetns, filepath.Base(holderNetns))
 		thief := toolsPod(t1.ns, "t1-thief", "t1-thief")
 		ts.refused(t, thief, held, "held by a pod in another namespace", "nothing was changed")
-		evs := events(t, t1.ns, thief.Name)
-		for what, s := range map[string]string{
-			"pod name": holder.Name, "pod UID": string(holder.UID), "sandbox ID": sandbox,
-			"netns": holderNetns, "netns name": filepath.Base(holderNetns),
-		} {
-			if strings.Contains(evs, s) {
-				t.Errorf("t1's pod's events name t2's pod's %s %s:\n%s", what, s, evs)
-			}
-		}
 		// t1's NIC came back with the failed ADD's DEL; the holder keeps
 		// its device.
 		ts.settled(t, t2)
@@ -346,6 +423,7 @@ func selection(network, key string, value any) string {
 // name no RDMA device of the node but the two tenants'.
 func (ts *tenancy) refused(t *testing.T, pod *corev1.Pod, want ...string) {
 	t.Helper()
+	ts.track(pod)
 	startPod(t, pod)
 	t.Logf("%s/%s's %s: %s", pod.Namespace, pod.Name, "networks", pod.Annotations["k8s.v1.cni.cncf.io/networks"])
 	msg := waitEvent(t, pod.Namespace, pod.Name, want...)
@@ -370,7 +448,7 @@ func (ts *tenancy) refused(t *testing.T, pod *corev1.Pod, want ...string) {
 // (settled, with the away tenants' pods still running).
 func (ts *tenancy) nextStarts(t *testing.T, name, network string, away ...*tenant) {
 	t.Helper()
-	runsWith(t, ts.t1.ns, name, network, ts.t1.nic.RDMA)
+	ts.runsWith(t, ts.t1, name, network, ts.t1.nic.RDMA)
 	deletePod(t, ts.t1.ns, name, metav1.DeleteOptions{})
 	ts.settled(t, away...)
 }

@@ -14,9 +14,11 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"math"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -29,6 +31,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/rdma-netns/rdma-netns/e2e/cri/cririg"
+	"github.com/rdma-netns/rdma-netns/e2e/internal/doctorrun"
 	"github.com/rdma-netns/rdma-netns/e2e/internal/rig"
 	"github.com/rdma-netns/rdma-netns/e2e/k8s/cluster"
 	"github.com/rdma-netns/rdma-netns/e2e/k8s/node"
@@ -36,6 +39,13 @@ import (
 )
 
 var nodes = flag.Int("k8s.nodes", 1, "how many nodes the cluster has: 2 in make e2e-k8s's two-node boot, where node 1 runs the tests and node 2 boots with -k8s.boot join")
+
+// requireRails makes the rails' layout a precondition of the run: the
+// Makefile sets it for node 1 under CI=true and whenever K8S_PAIR_OPTS
+// asks for --rails, so that a layout lost on the way to the guest fails
+// the stage instead of running the job on one rail and skipping the rails'
+// checks and benches.
+var requireRails = flag.Bool("k8s.rails-required", false, "fail at once unless this VM booted with the rails' layout (vm-run.sh --rails 2 --arp-defaults, 5 NICs), rather than run the two-node job on one rail and skip the rails' checks")
 
 const (
 	// mgmtNIC carries the nodes' management addresses, mgmtIP(n); the
@@ -88,13 +98,16 @@ func prepareJoin() error {
 	return node.InstallClusterNetwork()
 }
 
-// nodeNetns is what a node's own netns holds, as its agent reports it.
+// nodeNetns is what a node's own netns holds, as its agent reports it,
+// and the layout its VM booted with.
 type nodeNetns struct {
-	Node   string   `json:"node"`
-	BootID string   `json:"bootID"` // the kernel's, new on every boot
-	RDMA   []string `json:"rdma"`
-	Links  []string `json:"links"`
-	Multus bool     `json:"multus"` // Multus's daemon wrote its conf here
+	Node        string   `json:"node"`
+	BootID      string   `json:"bootID"` // the kernel's, new on every boot
+	RDMA        []string `json:"rdma"`
+	Links       []string `json:"links"`
+	Multus      bool     `json:"multus"`      // Multus's daemon wrote its conf here
+	Rails       int      `json:"rails"`       // node.Rails
+	ARPDefaults bool     `json:"arpDefaults"` // node.ARPDefaults
 }
 
 func readNodeNetns() (nodeNetns, error) {
@@ -112,7 +125,7 @@ func readNodeNetns() (nodeNetns, error) {
 		return nodeNetns{}, err
 	}
 	return nodeNetns{Node: node.Name, BootID: strings.TrimSpace(string(boot)), RDMA: devs, Links: links,
-		Multus: strings.Contains(string(conf), `"multus-shim"`)}, nil
+		Multus: strings.Contains(string(conf), `"multus-shim"`), Rails: node.Rails, ARPDefaults: node.ARPDefaults}, nil
 }
 
 // runJoined serves the agent until node 1 asks this node to stop (0) or
@@ -128,6 +141,14 @@ func runJoined() int {
 			return
 		}
 		_ = json.NewEncoder(w).Encode(st)
+	})
+	mux.HandleFunc("GET /doctor", func(w http.ResponseWriter, r *http.Request) {
+		d, err := doctorOfPod(r.Context(), r.URL.Query().Get("pod"))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		_ = json.NewEncoder(w).Encode(d)
 	})
 	for path, rc := range map[string]int{"POST /stop": 0, "POST /reboot": exitReboot} {
 		mux.HandleFunc(path, func(w http.ResponseWriter, _ *http.Request) {
@@ -159,11 +180,16 @@ func runJoined() int {
 
 // agent sends a request to node n's agent.
 func agent(ctx context.Context, n int, method, path string) (*http.Response, error) {
+	return agentWithin(ctx, n, method, path, 20*time.Second)
+}
+
+// agentWithin is agent with the answer awaited at most limit.
+func agentWithin(ctx context.Context, n int, method, path string, limit time.Duration) (*http.Response, error) {
 	req, err := http.NewRequestWithContext(ctx, method, fmt.Sprintf("http://%s:%d%s", mgmtIP(n), mgmtPort, path), nil)
 	if err != nil {
 		return nil, err
 	}
-	return (&http.Client{Timeout: 20 * time.Second}).Do(req)
+	return (&http.Client{Timeout: limit}).Do(req)
 }
 
 // nodeHost is what node n's own netns holds.
@@ -178,6 +204,71 @@ func nodeHost(ctx context.Context, n int) (nodeNetns, error) {
 		return st, fmt.Errorf("%s of node %d: %s", mgmtOwner, n, resp.Status)
 	}
 	return st, json.NewDecoder(resp.Body).Decode(&st)
+}
+
+// podDoctor is `rdma-netns doctor --pid` on a pod's container: its report
+// and what it prints for a person.
+type podDoctor struct {
+	Report *doctor.Report `json:"report"`
+	Text   string         `json:"text"`
+}
+
+// doctorOfPod runs the doctor on this node on the first container of the
+// workers' pod name, as an operator at the node would.
+func doctorOfPod(c context.Context, name string) (podDoctor, error) {
+	pid, err := podPid(c, workersNS, name)
+	if err != nil {
+		return podDoctor{}, err
+	}
+	bin := cririg.CNIBinDir + "/rdma-netns"
+	arg := strconv.Itoa(pid)
+	text, _, err := doctorrun.Text(bin, "--pid", arg)
+	if err != nil {
+		return podDoctor{}, err
+	}
+	r, _, err := doctorrun.JSON(bin, "--pid", arg)
+	if err != nil {
+		return podDoctor{}, err
+	}
+	return podDoctor{Report: r, Text: fmt.Sprintf("rdma-netns doctor --pid %s (%s on %s):\n%s", arg, name, node.Name, text)}, nil
+}
+
+// doctorOn is the doctor's report on w's pod, run on w's node (the doctor
+// reads the pod's netns there): here for this node, by its agent for the
+// others. Its text is logged.
+func doctorOn(t *testing.T, w spanWorker) *doctor.Report {
+	t.Helper()
+	var d podDoctor
+	var err error
+	if w.node == node.Number {
+		d, err = doctorOfPod(ctx(t), w.name)
+	} else {
+		d, err = nodeDoctor(ctx(t), w.node, w.name)
+	}
+	if err != nil {
+		t.Fatalf("doctor on %s: %v", w.label(), err)
+	}
+	t.Log(d.Text)
+	return d.Report
+}
+
+// nodeDoctor asks node n's agent for the doctor on the workers' pod name.
+func nodeDoctor(c context.Context, n int, name string) (podDoctor, error) {
+	var d podDoctor
+	// Two doctor runs on the emulated node's CPU, busy with the pods.
+	resp, err := agentWithin(c, n, http.MethodGet, "/doctor?pod="+url.QueryEscape(name), 2*time.Minute)
+	if err != nil {
+		return d, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return d, fmt.Errorf("%s of node %d: %s: %s", mgmtOwner, n, resp.Status, msg)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&d); err != nil || d.Report == nil {
+		return d, fmt.Errorf("%s of node %d: the doctor's answer: %v", mgmtOwner, n, err)
+	}
+	return d, nil
 }
 
 // stopNodes tells the other nodes the tests are done.
@@ -294,42 +385,6 @@ func spanWorkerPod(w spanWorker) *corev1.Pod {
 	}
 }
 
-// startSpanWorkers starts one worker on each node and waits for both to
-// run, each seeing one RDMA device, named twoNodeName, which its node's
-// netns no longer holds (nor the NIC).
-func startSpanWorkers(t *testing.T) []spanWorker {
-	t.Helper()
-	return startSpanWorkersOf(t, spanWorkerPod)
-}
-
-// startSpanWorkersOf is startSpanWorkers with pods made by podOf.
-func startSpanWorkersOf(t *testing.T, podOf func(spanWorker) *corev1.Pod) []spanWorker {
-	t.Helper()
-	workers := spanWorkerPair()
-	for _, w := range workers {
-		createPod(t, podOf(w))
-		t.Cleanup(func() { deletePod(t, workersNS, w.name, workersGrace) })
-	}
-	for _, w := range workers {
-		d := waitRunning(t, workersNS, w.name, 3*time.Minute)
-		out, stderr, err := execIn(t, workersNS, w.name, "worker", "ibv_devices")
-		if err != nil {
-			t.Fatalf("%s: exec ibv_devices: %v\n%s", w.name, err, stderr)
-		}
-		if devs := verbsDevices(out); len(devs) != 1 || devs[0] != twoNodeName {
-			t.Errorf("%s on node %d: ibv_devices lists %v, want [%s] alone:\n%s", w.name, w.node, devs, twoNodeName, out)
-		}
-		t.Logf("%s Running on %s %s after create; sees %s", w.name, cluster.NodeName(w.node), d.Round(time.Second), twoNodeName)
-	}
-	for _, w := range workers {
-		st := hostOf(t, w.node)
-		if rig.Contains(st.RDMA, twoNodeDev) || rig.Contains(st.Links, twoNodeNIC) {
-			t.Errorf("node %d still holds %s or %s with %s running: RDMA %v, links %v", w.node, twoNodeDev, twoNodeNIC, w.name, st.RDMA, st.Links)
-		}
-	}
-	return workers
-}
-
 // netnsOf is node n's own netns: read here for this node, asked of the
 // agent for the others.
 func netnsOf(c context.Context, n int) (nodeNetns, error) {
@@ -349,21 +404,6 @@ func hostOf(t *testing.T, n int) nodeNetns {
 	return st
 }
 
-// stopSpanWorkers deletes the workers, as a job controller deletes a
-// job's pods, and waits for each node's device and NIC to be back in its
-// netns.
-func stopSpanWorkers(t *testing.T, workers []spanWorker) {
-	t.Helper()
-	var names []string
-	for _, w := range workers {
-		names = append(names, w.name)
-	}
-	deletePods(t, workersNS, workersGrace, names...)
-	for _, w := range workers {
-		waitNodeHome(t, w.node, twoNodeDev, twoNodeNIC)
-	}
-}
-
 // One job's life across two nodes, as users run it: two unprivileged MPI
 // workers, one per node, each holding the job's rails (jobRails: four
 // when the pair booted with the rails' layout, as make test boots it, one
@@ -380,6 +420,10 @@ func TestTwoNodes(t *testing.T) {
 		t.Skip("one node: make e2e-k8s-nodes's two-node boot runs this (-k8s.nodes 2)")
 	}
 	before := waitJoined(t, 2, "")
+	if before.Rails != node.Rails || before.ARPDefaults != node.ARPDefaults {
+		t.Fatalf("node 2 booted with %d rails of their own and ARP defaults %v, node 1 with %d and %v: vm-pair.sh boots both alike",
+			before.Rails, before.ARPDefaults, node.Rails, node.ARPDefaults)
+	}
 	importMPIImage(t)
 	createMPISecret(t)
 	job := startJob(t)
@@ -402,8 +446,16 @@ func TestTwoNodes(t *testing.T) {
 }
 
 // railsLayout reports whether the pair booted with the rails' layout
-// (the Makefile's K8S_PAIR_OPTS and K8S_PAIR_NICS).
-func railsLayout() bool { return node.Rails >= len(optimizedRails) && node.ARPDefaults }
+// (the Makefile's K8S_PAIR_OPTS and K8S_PAIR_NICS). Without it the job
+// holds one rail, unless -k8s.rails-required stopped the run before.
+func railsLayout() bool { return node.RailsLayoutMissing(len(optimizedRails), railsNICs) == "" }
+
+// railsNICs are the NICs a node VM of the rails' layout has: eth0 (the
+// management addresses), then the rails.
+var railsNICs = 1 + len(optimizedRails) + len(sharedRails)
+
+// renamedRail is overlays/nad-renamed's one rail, on eth1.
+var renamedRail = rail{network: twoNodeNetwork, nic: twoNodeNIC, dev: twoNodeDev, name: twoNodeName, subnet: 1}
 
 // jobRails are the two-node job's rails. On the rails' layout: two
 // rail-optimized (overlays/nad-rails: a subnet and a link each) and two
@@ -414,7 +466,7 @@ func jobRails(t *testing.T) []rail {
 	t.Helper()
 	if !railsLayout() {
 		applyManifest(t, "nad-renamed")
-		return []rail{{network: twoNodeNetwork, nic: twoNodeNIC, dev: twoNodeDev, name: twoNodeName, subnet: 1}}
+		return []rail{renamedRail}
 	}
 	applyManifest(t, "nad-rails")
 	applyManifest(t, "nad-rails-shared")
@@ -436,12 +488,17 @@ func startJob(t *testing.T) railWorkers {
 // the rails of each of railGroups at once, every stream on its rail's NIC
 // and the other rails quiet (kept), and ib_send_lat on the first rail;
 // on the rails' layout, the shared rails' netdevs hold the NAD's ARP
-// settings and the doctor finds nothing wrong with the rails.
+// settings in both pods and the doctor finds every rail kept apart in
+// both (railsClean).
 func (job railWorkers) perftest(t *testing.T) {
 	if len(job.rails) > 1 {
+		var shared, want []string
 		for k := len(optimizedRails); k < len(job.rails); k++ {
-			if got := job.arpOf(t, job.pods[0], ifname(k)); got != "1/2" {
-				t.Errorf("%s: arp_ignore/arp_announce of %s %s, want 1/2 (the NAD's tuning)", job.pods[0].name, ifname(k), got)
+			shared, want = append(shared, ifname(k)), append(want, "1/2")
+		}
+		for _, w := range job.pods {
+			if got := job.arpOf(t, w, shared...); got != strings.Join(want, " ") {
+				t.Errorf("%s: arp_ignore/arp_announce of %v %s, want %s (the NAD's tuning)", w.label(), shared, got, strings.Join(want, " "))
 			}
 		}
 	}
@@ -449,7 +506,7 @@ func (job railWorkers) perftest(t *testing.T) {
 	for d, dir := range [][2]spanWorker{{job.pods[0], job.pods[1]}, {job.pods[1], job.pods[0]}} {
 		srv, cli := dir[0], dir[1]
 		for _, g := range job.groups(d) {
-			job.kept(t, job.round(t, n, g, srv, cli, 2*time.Minute, false).runs, srv, cli)
+			job.kept(t, job.round(t, n, g, srv, cli, 2*time.Minute, roundPrep{}).runs, srv, cli)
 			n++
 		}
 		lat, err := rig.SendLatBetween(ctx(t), srv.peerOn(job.rails[0].name), cli.peerOn(job.rails[0].name), 2, 500)
@@ -466,11 +523,7 @@ func (job railWorkers) perftest(t *testing.T) {
 			cli.name, cli.node, srv.name, srv.node, job.rails[0].name, lat.Iters, lat.Bytes, typical)
 	}
 	if len(job.rails) > 1 {
-		for _, f := range job.railFindings(t) {
-			if f.Severity != doctor.OK {
-				t.Errorf("doctor on rails kept apart: %s %s %s: %s", f.Severity, f.Check, f.Subject, f.Reason)
-			}
-		}
+		job.railsClean(t)
 	}
 }
 
@@ -481,7 +534,7 @@ func (job railWorkers) waitSending(t *testing.T, w spanWorker) {
 	read := func() int64 {
 		var n int64
 		for _, c := range job.counters(t, w) {
-			n += c.rdmaSent
+			n += c.RDMASent
 		}
 		return n
 	}

@@ -3,6 +3,7 @@
 package k8s
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -358,28 +359,40 @@ func grepTail(path, s string, n int) string {
 	return strings.Join(out, "\n")
 }
 
-// containerPidOf is the node's pid of the first container of a pod.
+// containerPidOf is the node's pid of the first container of a pod of
+// the default namespace on this node.
 func containerPidOf(t *testing.T, name string) int {
 	t.Helper()
-	p, err := cs.CoreV1().Pods("default").Get(ctx(t), name, metav1.GetOptions{})
+	pid, err := podPid(ctx(t), "default", name)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return pid
+}
+
+// podPid is this node's pid of the first container of pod ns/name, which
+// must run on this node: its container ID from the API server, the pid
+// from containerd.
+func podPid(c context.Context, ns, name string) (int, error) {
+	p, err := cs.CoreV1().Pods(ns).Get(c, name, metav1.GetOptions{})
+	if err != nil {
+		return 0, err
 	}
 	if len(p.Status.ContainerStatuses) == 0 {
-		t.Fatalf("pod %s has no container status", name)
+		return 0, fmt.Errorf("pod %s/%s has no container status", ns, name)
 	}
 	id := strings.TrimPrefix(p.Status.ContainerStatuses[0].ContainerID, "containerd://")
-	st, err := ctd.Runtime.ContainerStatus(ctx(t), &runtimeapi.ContainerStatusRequest{ContainerId: id, Verbose: true})
+	st, err := ctd.Runtime.ContainerStatus(c, &runtimeapi.ContainerStatusRequest{ContainerId: id, Verbose: true})
 	if err != nil {
-		t.Fatal(err)
+		return 0, fmt.Errorf("container %s of %s/%s: %v", id, ns, name, err)
 	}
 	var info struct {
 		Pid int `json:"pid"`
 	}
 	if err := json.Unmarshal([]byte(st.Info["info"]), &info); err != nil || info.Pid == 0 {
-		t.Fatalf("container %s of %s: no pid in its verbose status (%v)", id, name, err)
+		return 0, fmt.Errorf("container %s of %s/%s: no pid in its verbose status (%v)", id, ns, name, err)
 	}
-	return info.Pid
+	return info.Pid, nil
 }
 
 func findings(r *doctor.Report, check string) []doctor.Finding {

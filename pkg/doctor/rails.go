@@ -253,38 +253,50 @@ func checkRails(r *Report, n RailNet, devs []RailDev, nsPath string) []Rail {
 			}
 		}
 	}
-	crossed := false
+	grouped := map[int]bool{}
 	for _, g := range groups {
 		for _, i := range g {
-			if !arpFinding(r, &rails[i], nsPath) {
+			grouped[i] = true
+		}
+	}
+	// A rail alone on its subnet gets an OK of its own, so that a clean
+	// report names every rail's ARP as it names every rail's GIDs.
+	crossed := false
+	var apart, together []string
+	for i := range rails {
+		rl := &rails[i]
+		switch {
+		case grouped[i]:
+			together = append(together, rl.Netdev)
+			if !arpFinding(r, rl, nsPath) {
 				crossed = true
 			}
-			if !routeFindings(r, n, &rails[i], rails, own, nsPath) {
+			if !routeFindings(r, n, rl, rails, own, nsPath) {
 				crossed = true
+			}
+		case len(rl.Addresses) > 0:
+			apart = append(apart, rl.Netdev)
+			if len(rails) > 1 {
+				r.add(OK, "rail-arp", railSubject(rl), "no other rail of the pod is on its IPv4 subnet: peers ask ARP for another rail's address on that rail's own subnet, so this rail's ARP settings cannot draw another rail's traffic", "")
 			}
 		}
 	}
-
-	withAddr := 0
-	for _, rl := range rails {
-		if len(rl.Addresses) > 0 {
-			withAddr++
-		}
+	if crossed || len(apart)+len(together) < 2 {
+		return rails
 	}
+	var why string
 	switch {
-	case len(groups) == 0 && withAddr > 1:
-		r.add(OK, "rails", fmt.Sprintf("%d rails", withAddr),
-			"each rail is on an IPv4 subnet of its own (rail-optimized): no rail answers ARP or routes for another's subnet, so arp_ignore, arp_announce and per-rail routing tables are not needed", "")
-	case len(groups) > 0 && !crossed:
-		for _, g := range groups {
-			var names []string
-			for _, i := range g {
-				names = append(names, rails[i].Netdev)
-			}
-			r.add(OK, "rails", strings.Join(names, " "),
-				"these rails share a subnet, and ARP (arp_ignore >= 1, arp_announce 2) and routing (each rail's address leaves by its own netdev) keep each rail's address on its own NIC", "")
-		}
+	case len(together) == 0:
+		why = "each rail is on an IPv4 subnet of its own (rail-optimized): no rail answers ARP or routes for another's subnet, so arp_ignore, arp_announce and per-rail routing tables are not needed"
+	case len(apart) == 0 && len(groups) > 1:
+		why = "these rails share subnets, and ARP (arp_ignore >= 1, arp_announce 2) and routing (each rail's address leaves by its own netdev) keep each rail's address on its own NIC"
+	case len(apart) == 0:
+		why = "these rails share a subnet, and ARP (arp_ignore >= 1, arp_announce 2) and routing (each rail's address leaves by its own netdev) keep each rail's address on its own NIC"
+	default:
+		why = fmt.Sprintf("%s on IPv4 subnets of their own; %s sharing a subnet, with ARP (arp_ignore >= 1, arp_announce 2) and routing (each rail's address leaves by its own netdev) keeping each rail's address on its own NIC",
+			strings.Join(apart, " "), strings.Join(together, " "))
 	}
+	r.add(OK, "rails", strings.Join(append(apart, together...), " "), why, "")
 	return rails
 }
 
@@ -381,10 +393,12 @@ func overlap(a, b Rail) bool {
 // arpFinding reports a shared-subnet rail whose ARP settings let it answer
 // for, or announce, other rails' addresses; false when it does.
 func arpFinding(r *Report, rl *Rail, nsPath string) bool {
+	subj := railSubject(rl)
 	if rl.ArpIgnore >= 1 && rl.ArpAnnounce >= 2 {
+		r.add(OK, "rail-arp", subj, fmt.Sprintf("it shares a subnet with %s, and with arp_ignore %d and arp_announce %d it answers ARP only for its own addresses and asks with them",
+			strings.Join(rl.SharesSubnetWith, ", "), rl.ArpIgnore, rl.ArpAnnounce), "")
 		return true
 	}
-	subj := railSubject(rl)
 	if rl.ArpIgnore < 0 || rl.ArpAnnounce < 0 {
 		r.add(Warn, "rail-arp", subj, fmt.Sprintf("cannot read net.ipv4.conf.%s.arp_ignore/arp_announce (or .all): whether this rail answers ARP for other rails' addresses on its subnet is unknown", rl.Netdev),
 			"run the doctor as root")

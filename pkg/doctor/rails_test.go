@@ -251,11 +251,16 @@ func TestRailsSharedSubnet(t *testing.T) {
 		t.Errorf("a summary OK among failures: %+v", findingsOf(r, "rails"))
 	}
 
-	// tuning's sysctls on each rail: ARP is fine, routing still crosses.
+	// tuning's sysctls on each rail: ARP is fine, each rail's OK says
+	// so; routing still crosses.
 	rn.arp(t, names, 1, 2)
 	r, rails = rn.check(t, devs)
-	if len(findingsOf(r, "rail-arp")) != 0 || len(findingsOf(r, "rail-route")) != 2 || r.ExitCode != 1 {
+	if ok := subjects(findingsOf(r, "rail-arp"), OK); strings.Join(ok, ";") != "mlx5_0 (rail0);mlx5_1 (rail1);mlx5_2 (rail2)" ||
+		len(findingsOf(r, "rail-arp")) != 3 || len(findingsOf(r, "rail-route")) != 2 || r.ExitCode != 1 {
 		t.Fatalf("after arp_ignore=1 arp_announce=2: %+v", r.Findings)
+	}
+	if f := findingsOf(r, "rail-arp")[0]; !strings.Contains(f.Reason, "shares a subnet with rail1, rail2, and with arp_ignore 1 and arp_announce 2") {
+		t.Errorf("rail-arp OK %+v", f)
 	}
 	if rails[1].ArpIgnore != 1 || rails[1].ArpAnnounce != 2 {
 		t.Fatalf("rail %+v", rails[1])
@@ -283,7 +288,7 @@ func TestRailsSharedSubnet(t *testing.T) {
 	// at 1/2 passes too, and either below fails.
 	rn.arp(t, names, 0, 0)
 	rn.arp(t, []string{"all"}, 1, 2)
-	if r, _ = rn.check(t, devs); len(findingsOf(r, "rail-arp")) != 0 {
+	if r, _ = rn.check(t, devs); len(subjects(findingsOf(r, "rail-arp"), OK)) != 3 || len(findingsOf(r, "rail-arp")) != 3 {
 		t.Fatalf("all=1/2: %+v", findingsOf(r, "rail-arp"))
 	}
 	rn.arp(t, []string{"all"}, 1, 1)
@@ -306,23 +311,54 @@ func TestRailsPeerIsNotThePods(t *testing.T) {
 }
 
 // Rails each on a subnet of their own (rail-optimized) need none of it:
-// no ARP or route finding even with the defaults, and an OK that says so.
+// no ARP or route failure even with the defaults, an OK per rail's ARP
+// and one naming every rail that says so.
 func TestRailsOwnSubnets(t *testing.T) {
 	rails := [][2]string{{"rail0", "10.40.0.1/24"}, {"rail1", "10.40.1.1/24"}}
 	rn := newRailsNS(t, rails)
 	rn.arp(t, append([]string{"all"}, railNames(rails)...), 0, 0)
 	r, got := rn.check(t, withGIDs(rails))
-	if r.ExitCode != 0 || r.Summary[Warn] != 0 || len(findingsOf(r, "rail-arp")) != 0 || len(findingsOf(r, "rail-route")) != 0 {
+	if r.ExitCode != 0 || r.Summary[Warn] != 0 || len(findingsOf(r, "rail-route")) != 0 {
 		t.Fatalf("%+v", r.Findings)
 	}
+	if arp := findingsOf(r, "rail-arp"); strings.Join(subjects(arp, OK), ";") != "mlx5_0 (rail0);mlx5_1 (rail1)" || len(arp) != 2 || !strings.Contains(arp[0].Reason, "no other rail of the pod is on its IPv4 subnet") {
+		t.Fatalf("rail-arp %+v", arp)
+	}
 	ok := findingsOf(r, "rails")
-	if len(ok) != 1 || ok[0].Severity != OK || !strings.Contains(ok[0].Reason, "subnet of its own") {
+	if len(ok) != 1 || ok[0].Severity != OK || ok[0].Subject != "rail0 rail1" || !strings.Contains(ok[0].Reason, "subnet of its own") {
 		t.Fatalf("summary %+v", ok)
 	}
 	for _, rl := range got {
 		if len(rl.SharesSubnetWith) != 0 || rl.Addresses[0].Peer != "" {
 			t.Errorf("rail %+v", rl)
 		}
+	}
+}
+
+// A pod with both kinds, as the two-node suite's job holds them: two
+// rails on subnets of their own, two sharing one with tuning's sysctls and
+// sbr's tables. A clean report names every rail: an OK rail-gid and
+// rail-arp each, and one rails OK whose subject is every rail's netdev.
+func TestRailsBothKinds(t *testing.T) {
+	rails := [][2]string{{"net1", "10.70.10.1/24"}, {"net2", "10.70.11.1/24"}, {"net3", "10.70.20.1/24"}, {"net4", "10.70.20.11/24"}}
+	rn := newRailsNS(t, rails)
+	rn.arp(t, []string{"all", "net1", "net2"}, 0, 0)
+	rn.arp(t, []string{"net3", "net4"}, 1, 2)
+	rn.sbr(t, "net3", rails[2][1], 100)
+	rn.sbr(t, "net4", rails[3][1], 101)
+	r, _ := rn.check(t, withGIDs(rails))
+	if r.ExitCode != 0 || r.Summary[Warn] != 0 || r.Summary[Fail] != 0 {
+		t.Fatalf("%+v", r.Findings)
+	}
+	every := "mlx5_0 (net1);mlx5_1 (net2);mlx5_2 (net3);mlx5_3 (net4)"
+	for _, check := range []string{"rail-gid", "rail-arp"} {
+		if got := subjects(findingsOf(r, check), OK); strings.Join(got, ";") != every {
+			t.Errorf("%s OK for %v, want every rail", check, got)
+		}
+	}
+	ok := findingsOf(r, "rails")
+	if len(ok) != 1 || ok[0].Subject != "net1 net2 net3 net4" || !strings.Contains(ok[0].Reason, "net1 net2 on IPv4 subnets of their own; net3 net4 sharing a subnet") {
+		t.Fatalf("summary %+v", ok)
 	}
 }
 

@@ -65,6 +65,29 @@ var (
 	ARPDefaults = vmConfValue(vmConf, "VM_ARP_DEFAULTS") == "1"
 )
 
+// RailsLayoutMissing says what this VM lacks of the rails' layout with
+// rails rails of their own, ARP at the kernel's defaults and nics NICs
+// (vm-run.sh --rails, --arp-defaults, --nics), as /etc/vm.conf says: ""
+// when it has it all.
+func RailsLayoutMissing(rails, nics int) string { return railsMissing(vmConf, rails, nics) }
+
+func railsMissing(conf string, rails, nics int) string {
+	var why []string
+	if n := vmConfInt(conf, "VM_RAILS", 0, 0); n < rails {
+		why = append(why, fmt.Sprintf("VM_RAILS=%d, want %d (vm-run.sh --rails %d)", n, rails, rails))
+	}
+	if vmConfValue(conf, "VM_ARP_DEFAULTS") != "1" {
+		why = append(why, "no VM_ARP_DEFAULTS=1 (vm-run.sh --arp-defaults)")
+	}
+	if n := vmConfInt(conf, "VM_NICS", 0, 0); n < nics {
+		why = append(why, fmt.Sprintf("VM_NICS=%d, want %d (vm-run.sh --nics %d)", n, nics, nics))
+	}
+	if len(why) == 0 {
+		return ""
+	}
+	return "/etc/vm.conf has " + strings.Join(why, ", ")
+}
+
 // RailNetdevs are the rails' netdevs in the node's netns at boot, rail 1
 // first (empty without --rails).
 func RailNetdevs() []string {

@@ -1,6 +1,9 @@
 package node
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 // vm-run.sh's /etc/vm.conf as the rig writes it (scripts/README.md).
 func TestVMConf(t *testing.T) {
@@ -34,5 +37,25 @@ func TestVMConf(t *testing.T) {
 	}
 	if n := vmConfInt("VM_NODE=0\n", "VM_NODE", 1, 1); n != 1 {
 		t.Errorf("VM_NODE=0: %d, want 1 (vm-run.sh's nodes start at 1)", n)
+	}
+}
+
+// The rails' layout as vm-pair.sh's --rails 2 --arp-defaults and 5 NICs
+// write it, and each part of it lost.
+func TestRailsMissing(t *testing.T) {
+	full := "VM_NETNS_MODE=exclusive\nVM_NICS=5\nVM_NODE=1\nVM_LINK=127.0.0.1:13747:13748\nVM_RAILS=2\nVM_ARP_DEFAULTS=1\n"
+	if why := railsMissing(full, 2, 5); why != "" {
+		t.Fatalf("the full layout: %q", why)
+	}
+	for _, c := range []struct{ conf, want string }{
+		{strings.Replace(full, "VM_RAILS=2\n", "", 1), "VM_RAILS=0, want 2 (vm-run.sh --rails 2)"},
+		{strings.Replace(full, "VM_RAILS=2", "VM_RAILS=1", 1), "VM_RAILS=1, want 2"},
+		{strings.Replace(full, "VM_ARP_DEFAULTS=1\n", "", 1), "no VM_ARP_DEFAULTS=1 (vm-run.sh --arp-defaults)"},
+		{strings.Replace(full, "VM_NICS=5", "VM_NICS=3", 1), "VM_NICS=3, want 5"},
+		{"", "VM_RAILS=0, want 2 (vm-run.sh --rails 2), no VM_ARP_DEFAULTS=1 (vm-run.sh --arp-defaults), VM_NICS=0, want 5"},
+	} {
+		if why := railsMissing(c.conf, 2, 5); !strings.Contains(why, c.want) || !strings.HasPrefix(why, "/etc/vm.conf has ") {
+			t.Errorf("%q: %q, want it to say %q", c.conf, why, c.want)
+		}
 	}
 }
