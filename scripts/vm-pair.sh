@@ -23,9 +23,9 @@
 #          demo: the story is node 1's).
 #   OUT_DIR: receives node1.log and node2.log, each VM's console.
 #
-# The link's UDP sockets get a 4 MiB receive buffer: the host's
-# net.core.rmem_default is raised to it (when lower) for the pair's life
-# and put back when this script ends (LINK_RMEM; 0 leaves it alone).
+# The link's UDP sockets get a 4 MiB receive buffer each, set on the
+# socket (vm-run.sh, LINK_RMEM: the environment passes it on); nothing of
+# the host changes, however this script ends.
 #
 # When node 1 ends, node 2 has 120 s to end on its own (its command sees
 # the cluster or the peer go) before it is stopped. When either fails, the
@@ -74,26 +74,6 @@ vm() {
   setsid "$SCRIPTS_DIR/vm-run.sh" --node "$node" --link "127.0.0.1:$link" ${both[@]+"${both[@]}"} "$@" >> "$out/node$node.log" 2>&1 &
 }
 
-# A QEMU link socket takes the host's default receive buffer (208 KiB:
-# about 90 of the VMs' frames, by the kernel's accounting). An emulated
-# guest that falls behind for a moment overflows it, the link drops
-# frames, and RoCE's go-back-N resends a window per drop: with four rails'
-# streams at once the host counted 2,758 such drops (UdpRcvbufErrors) and
-# one rail's writer sent 23 % more packets than its stream (2026-11-28).
-# A RoCE fabric is run lossless (PFC); a deeper buffer brings the link
-# closer to one. Every socket QEMU opens (node 2's reboots too) takes it.
-rmem=${LINK_RMEM:-4194304} old_rmem="" rmem_f=/proc/sys/net/core/rmem_default
-[[ "$rmem" =~ ^[0-9]+$ ]] || { echo "vm-pair.sh: LINK_RMEM must be a number of bytes, not $rmem" >&2; exit 2; }
-if [ "$rmem" != 0 ]; then
-  old_rmem=$(cat "$rmem_f")
-  if [ "$old_rmem" -lt "$rmem" ]; then
-    echo "$rmem" 2>/dev/null > "$rmem_f" || { echo "vm-pair.sh: cannot raise net.core.rmem_default to $rmem (root? LINK_RMEM=0 leaves it)" >&2; exit 2; }
-  else
-    old_rmem=""
-  fi
-fi
-restore_rmem() { [ -z "$old_rmem" ] || echo "$old_rmem" 2>/dev/null > "$rmem_f" || true; }
-
 declare -A pid=()
 # stop N... returns once those VMs' processes are gone (SIGKILL after
 # 10 s), so that no QEMU outlives the run and holds its ports.
@@ -109,7 +89,7 @@ stop() {
     pkill -KILL -s "$p" || true
   done
 }
-trap 'stop 1 2; restore_rmem' EXIT
+trap 'stop 1 2' EXIT
 
 link1="$port:$((port + 1))" link2="$((port + 1)):$port"
 start=$(date +%s)
@@ -153,7 +133,6 @@ while [ -z "$rc1" ] || [ -n "${pid[2]:-}" ]; do
   fi
 done
 trap - EXIT
-restore_rmem
 [ -z "$tail_pid" ] || wait "$tail_pid" || true
 log "both VMs done in $(( $(date +%s) - start ))s"
 if [ "$rc" != 0 ]; then

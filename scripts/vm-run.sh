@@ -28,6 +28,9 @@
 # to ADDR:PEER_PORT (ADDR on the loopback, 127.0.0.0/8), the other VM
 # started with the two ports swapped, in any order. Both VMs' NICs are then
 # on one L2 segment, so the two need distinct --node (required with --link).
+# The link's sockets have a receive buffer of LINK_RMEM bytes (environment;
+# default 4 MiB, 0: the host's default), set on each socket alone
+# (scripts/link-sockets.pl): nothing host-wide changes.
 #
 # --rails N (1..NICS-1, with --link) is the rail-optimized layout: test NIC
 # k (ethk in the guest, k = 1..N) gets a segment of its own with NIC k of
@@ -75,7 +78,7 @@ ARP_DEFAULTS=0
 # /run, /tmp and every network namespace start empty on each boot.
 DISK_DIRS="/var/lib/kubelet /var/lib/containerd /var/lib/cni /var/log /opt/cni/bin /opt/nri /etc/cni /etc/nri"
 
-usage() { sed -n '2,51p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,54p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 log() { printf '[vm-run] %s\n' "$*" >&2; }
 die() { printf '[vm-run] ERROR: %s\n' "$*" >&2; exit 125; }
 
@@ -121,6 +124,8 @@ if [ -n "$LINK" ]; then
   LINK_ADDR=${BASH_REMATCH[1]} LINK_PORT=${BASH_REMATCH[2]} LINK_PEER_PORT=${BASH_REMATCH[3]}
   # Two VMs with the same --node would have the same MACs on one link.
   [ "$NODE_SET" = 1 ] || die "--link needs --node: each VM on a link needs its own (1 and 2)"
+  LINK_RMEM=${LINK_RMEM:-4194304}
+  [[ "$LINK_RMEM" =~ ^[0-9]+$ ]] || die "LINK_RMEM must be a number of bytes (0: the host's default), not $LINK_RMEM"
 fi
 # --rails: NIC k (1..N) on a segment of its own; eth0 keeps the base link
 # (the nodes' management addresses), so at least one NIC is left to it.
@@ -142,14 +147,16 @@ if [ "$RAILS" != 0 ]; then
   done
   unset seen
 fi
-# The link's local ports must be free: QEMU's own bind error would only
-# show in the console, and another pair's VM on them would cross links.
+# The link's local ports must be free: link-sockets.pl's bind would fail
+# too, but only after the initramfs is packed, and into the console. All
+# UDP sockets (-a), not the unconnected ones of -l: a running VM's link
+# socket is connected (ESTAB).
 if [ -n "$LINK" ] && command -v ss >/dev/null; then
   for ((k = 0; k <= RAILS; k++)); do
     p=$((LINK_PORT + 2 * k))
-    if ss -Hnul "sport = :$p" | awk -v a="$LINK_ADDR:$p" -v p=":$p" '$4 == a || $4 == "0.0.0.0" p || $4 == "*" p || $4 == "[::]" p { f = 1 } END { exit !f }'; then
+    if ss -Hnua "sport = :$p" | awk -v a="$LINK_ADDR:$p" -v p=":$p" '$4 == a || $4 == "0.0.0.0" p || $4 == "*" p || $4 == "[::]" p { f = 1 } END { exit !f }'; then
       what="--link $LINK"; [ "$k" = 0 ] || what+=", rail $k"
-      die "UDP port $LINK_ADDR:$p ($what) is in use (see ss -ulnp 'sport = :$p'; another VM pair?): stop its user or take another PORT"
+      die "UDP port $LINK_ADDR:$p ($what) is in use (see ss -uanp 'sport = :$p'; another VM pair?): stop its user or take another PORT"
     fi
   done
 fi
@@ -416,6 +423,20 @@ done
 # --rails: hub k's port to the outside is a socket of its own (ports
 # PORT+2k and PEER_PORT+2k, checked above), so each rail is a segment of
 # its own between the two VMs, as a rail-optimized fabric's switch per rail.
+#
+# link-sockets.pl opens each socket (bound to its port, connected to the
+# peer's) on fd 10+k and execs QEMU, which takes it as local.type=fd: a
+# socket QEMU opened itself would take the host's default receive buffer,
+# 208 KiB (about 90 of the VMs' frames, by the kernel's accounting). An
+# emulated guest that falls behind for a moment overflows that, the link
+# drops frames, and RoCE's go-back-N resends a window per drop: with four
+# rails' streams at once the host counted 2,758 such drops
+# (UdpRcvbufErrors) and one rail's writer sent 23 % more packets than its
+# stream (2026-11-28). A RoCE fabric is run lossless (PFC); a deeper buffer
+# brings the link closer to one. Before the peer's socket exists a frame
+# is refused (ICMP port unreachable): QEMU drops it and reads the error
+# away, and the link carries frames once the peer is up.
+LINK_WRAP=()  # link-sockets.pl and its sockets, before qemu's command
 LAYOUT=""   # for the boot line
 if [ -n "$LINK" ]; then
   LAYOUT=", link $LINK"
@@ -428,10 +449,12 @@ if [ -n "$LINK" ]; then
   for ((k = 0; k <= RAILS; k++)); do
     id="link"; [ "$k" = 0 ] || id="rail$k"
     lp=$((LINK_PORT + 2 * k)) rp=$((LINK_PEER_PORT + 2 * k))
-    NIC_ARGS+=(-netdev "dgram,id=$id,local.type=inet,local.host=$LINK_ADDR,local.port=$lp,remote.type=inet,remote.host=$LINK_ADDR,remote.port=$rp"
+    LINK_WRAP+=("$((10 + k)):$LINK_ADDR:$lp:$rp")
+    NIC_ARGS+=(-netdev "dgram,id=$id,local.type=fd,local.str=$((10 + k))"
                -netdev "hubport,hubid=$k,id=${id}port,netdev=$id")
     [ "$k" = 0 ] || LAYOUT+=", rail $k (eth$k) $lp:$rp"
   done
+  LINK_WRAP=("$SCRIPTS_DIR/link-sockets.pl" --rmem "$LINK_RMEM" "${LINK_WRAP[@]}" --)
 fi
 [ "$ARP_DEFAULTS" = 0 ] || LAYOUT+=", ARP at the kernel's defaults"
 
@@ -460,7 +483,7 @@ set +e
 # TCG, not KVM: KVM guests hang on this kind of host. panic=-1 plus -no-reboot
 # turns a guest panic into a prompt qemu exit instead of a hang until timeout;
 # oops=panic does the same for oopses. \r is stripped from the serial console.
-timeout -k 10 "$TIMEOUT" qemu-system-x86_64 \
+timeout -k 10 "$TIMEOUT" ${LINK_WRAP[@]+"${LINK_WRAP[@]}"} qemu-system-x86_64 \
   -accel tcg -machine pc -smp "$CPUS" -m "$MEMORY" \
   -nodefaults -no-user-config -display none -monitor none -serial stdio -no-reboot \
   -kernel "$VM_KERNEL" -initrd "$WORK/initrd" \
