@@ -1,9 +1,7 @@
 package doctor
 
 import (
-	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -77,51 +75,6 @@ func modeFindings(r *Report, k Kernel) (mode string, err error) {
 				"or run \"rdma system set netns exclusive\" before any network namespace exists (early at boot, before the container runtime starts)")
 	}
 	return mode, err
-}
-
-// persistentMode looks for the netns mode the next boot will use: an
-// ib_core option in modprobe.d or on the kernel command line.
-func persistentMode(etcRoot, procRoot string) (where, mode string) {
-	if cmdline, err := readSmall(filepath.Join(procRoot, "cmdline")); err == nil {
-		for _, f := range strings.Fields(cmdline) {
-			if v, ok := strings.CutPrefix(f, "ib_core.netns_mode="); ok {
-				where, mode = "kernel command line", boolMode(v)
-			}
-		}
-	}
-	if where != "" {
-		return where, mode
-	}
-	files, _ := filepath.Glob(filepath.Join(etcRoot, "modprobe.d", "*.conf"))
-	sort.Strings(files)
-	for _, file := range files {
-		data, err := readSmall(file)
-		if err != nil {
-			continue
-		}
-		for _, line := range strings.Split(data, "\n") {
-			f := strings.Fields(line)
-			if len(f) < 3 || f[0] != "options" || f[1] != "ib_core" {
-				continue
-			}
-			for _, opt := range f[2:] {
-				if v, ok := strings.CutPrefix(opt, "netns_mode="); ok {
-					// Later files override earlier ones, as modprobe reads them.
-					where, mode = "/etc/modprobe.d/"+filepath.Base(file), boolMode(v)
-				}
-			}
-		}
-	}
-	return where, mode
-}
-
-// boolMode maps ib_core's netns_mode (a bool: shared when true) to a mode.
-func boolMode(v string) string {
-	switch strings.ToLower(v) {
-	case "0", "n", "no", "false", "off":
-		return rdmans.ModeExclusive
-	}
-	return rdmans.ModeShared
 }
 
 func persistFindings(r *Report, n *NodeView) {
@@ -269,42 +222,6 @@ func lostNameFindings(r *Report, e *Env, devs []Device) {
 				fmt.Sprintf("rename it to the name the driver gives it (as on the node's other devices), then delete %s", filepath.Join(e.StateDir, state.RenamedDir, d.Name)))
 		}
 	}
-}
-
-func namesOnly(names []string) []Device {
-	out := make([]Device, 0, len(names))
-	for _, n := range names {
-		out = append(out, Device{Name: n, Ports: []Port{}, CharDevices: []string{}})
-	}
-	return out
-}
-
-// records reads the state store without creating it: a node where
-// rdma-netns never ran has no directory, and the doctor changes nothing.
-// damaged lists unreadable record files, moved aside or not yet.
-func (e *Env) records() (recs []*state.Record, damaged []string, err error) {
-	st, err := state.Open(e.StateDir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil, nil
-	}
-	if err != nil {
-		return nil, nil, err
-	}
-	recs, listErr := st.List()
-	damaged = state.CorruptPaths(listErr)
-	if len(damaged) == 0 && listErr != nil {
-		return recs, nil, listErr
-	}
-	aside, err := st.Damaged()
-	return recs, append(damaged, aside...), err
-}
-
-func (e *Env) recordFile(k state.Key) string {
-	st, err := state.Open(e.StateDir)
-	if err != nil {
-		return e.StateDir
-	}
-	return st.Path(k)
 }
 
 // Classify compares the attachment records with where the devices are,

@@ -1,10 +1,8 @@
 package doctor
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
-	"io"
 	"math/bits"
 	"os"
 	"path/filepath"
@@ -222,15 +220,4 @@ func statfsSize(path string) (uint64, error) {
 		return ^uint64(0), nil
 	}
 	return lo, nil
-}
-
-// readSmall reads a small text file, trimmed.
-func readSmall(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(bufio.NewReader(f), 64<<10))
-	return strings.TrimSpace(string(b)), err
 }
