@@ -43,7 +43,7 @@ func CanOpenRW(c Creds, n DevNode) bool {
 // cannot create device nodes there (runc: "containers running in a user
 // namespace are not allowed to mknod devices"), so the node's owner and
 // mode apply to a container root that is an unprivileged uid on the node.
-func accessFinding(r *Report, subj string, pr Process, want []string) {
+func accessFinding(fs *Findings, subj string, pr Process, want []string) {
 	if !pr.Creds.Known {
 		return
 	}
@@ -59,7 +59,7 @@ func accessFinding(r *Report, subj string, pr Process, want []string) {
 	c := pr.Creds
 	if c.UserNS {
 		caps := "no capability would help: CAP_DAC_OVERRIDE of a user namespace does not count for a node whose owner is not mapped into it"
-		r.add(Fail, "char-access", subj, fmt.Sprintf("cannot open %s for reading and writing, so verbs fail (ibv_open_device: Permission denied): "+
+		fs.add(Fail, "char-access", subj, fmt.Sprintf("cannot open %s for reading and writing, so verbs fail (ibv_open_device: Permission denied): "+
 			"the process runs in a user namespace of its own (hostUsers: false) as uid %d on the node, which the mode does not admit, and %s; "+
 			"the runtime bind-mounts the node's own device nodes into such a container (it cannot create them there), so the node's mode applies, not the one the pod was given",
 			strings.Join(denied, ", "), c.FSUID, caps),
@@ -67,7 +67,7 @@ func accessFinding(r *Report, subj string, pr Process, want []string) {
 				"(find the udev rule or chmod that narrowed them; a rule such as KERNEL==\"uverbs*\", MODE=\"0666\" restores them at boot), or run the pod with hostUsers: true")
 		return
 	}
-	r.add(Fail, "char-access", subj, fmt.Sprintf("cannot open %s for reading and writing, so verbs fail (ibv_open_device: Permission denied): the process runs as uid %d gid %d without CAP_DAC_OVERRIDE, which the mode does not admit",
+	fs.add(Fail, "char-access", subj, fmt.Sprintf("cannot open %s for reading and writing, so verbs fail (ibv_open_device: Permission denied): the process runs as uid %d gid %d without CAP_DAC_OVERRIDE, which the mode does not admit",
 		strings.Join(denied, ", "), c.FSUID, c.FSGID),
 		nriFix+" (it creates the nodes mode 0666 in the container); or give the container nodes it may open: whatever injected them (a device plugin, the pod spec) sets their mode")
 }

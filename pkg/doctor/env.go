@@ -85,8 +85,6 @@ func (e *Env) inventory() *inventory.Node {
 	return &inventory.Node{Kernel: e.Kernel, NetnsDirs: e.NetnsDirs, ProcRoot: e.Proc.Root, Self: e.Proc.Self, Identify: e.NetnsOf}
 }
 
-func isNoRDMA(err error) bool { return errors.Is(err, rdmans.ErrNoRDMA) }
-
 // persistentMode looks for the netns mode the next boot will use: an
 // ib_core option in modprobe.d or on the kernel command line.
 func persistentMode(etcRoot, procRoot string) (where, mode string) {

@@ -72,7 +72,7 @@ type ociSpec struct {
 // mode, a warning for each container of a pod holding RDMA devices that
 // the plugin did not adjust (created while it was not serving) and lacks
 // the pod's device nodes.
-func nriFindings(r *Report, e *Env, mode string) *NRIView {
+func nriFindings(fs *Findings, e *Env, mode string) *NRIView {
 	v := &NRIView{Preinstalled: []string{}, Running: []string{}, Containers: []NRIContainer{}}
 	if des, err := os.ReadDir(e.NRIPluginDir); err == nil {
 		for _, de := range des {
@@ -90,7 +90,7 @@ func nriFindings(r *Report, e *Env, mode string) *NRIView {
 	}
 	where := strings.Join(append(append([]string{}, v.Preinstalled...), v.Running...), ", ")
 	if mode != rdmans.ModeExclusive {
-		r.add(Fail, "nri-plugin", "node", fmt.Sprintf("rdma-netns-nri is on this node (%s) but the RDMA subsystem is in %s mode: every network namespace sees every RDMA device, "+
+		fs.add(Fail, "nri-plugin", "node", fmt.Sprintf("rdma-netns-nri is on this node (%s) but the RDMA subsystem is in %s mode: every network namespace sees every RDMA device, "+
 			"so no pod can be shown to own one and the plugin gives no container device nodes, memlock or /dev/shm", where, mode),
 			"set exclusive mode at boot (options ib_core netns_mode=0, reboot) for the plugin to serve RDMA pods, or remove it from this node (the DaemonSet's nri container and /opt/nri/plugins/NN-rdma-netns-nri)")
 		return v
@@ -102,7 +102,7 @@ func nriFindings(r *Report, e *Env, mode string) *NRIView {
 		case c.AdjustedBy != "":
 			adjusted++
 		case len(c.Lacks) > 0:
-			r.add(Warn, "nri-missed", c.Name, fmt.Sprintf("container %s of a pod holding RDMA devices was created while rdma-netns-nri was not serving: it runs without %s (and the plugin's memlock); NRI cannot change a running container",
+			fs.add(Warn, "nri-missed", c.Name, fmt.Sprintf("container %s of a pod holding RDMA devices was created while rdma-netns-nri was not serving: it runs without %s (and the plugin's memlock); NRI cannot change a running container",
 				shortID(c.ID), strings.Join(c.Lacks, " ")),
 				"delete the pod so that it is re-created with them (unless it opts out with rdma-netns.io/nri: skip); `rdma-netns doctor --pid PID` says what one of its processes lacks")
 		}
@@ -111,7 +111,7 @@ func nriFindings(r *Report, e *Env, mode string) *NRIView {
 	if v.Serving != "" {
 		serving = "serving: " + v.Serving
 	}
-	r.add(OK, "nri-plugin", "node", fmt.Sprintf("rdma-netns-nri on this node (%s; %s); %d of %d containers of pods holding RDMA devices adjusted by it", where, serving, adjusted, len(v.Containers)), "")
+	fs.add(OK, "nri-plugin", "node", fmt.Sprintf("rdma-netns-nri on this node (%s; %s); %d of %d containers of pods holding RDMA devices adjusted by it", where, serving, adjusted, len(v.Containers)), "")
 	return v
 }
 
@@ -243,17 +243,17 @@ func containerOf(e *Env, pid int) (*ociSpec, string) {
 // process's container: who adjusted it, and what it could not give (a
 // bad rdma-netns.io/shm-size, say). The doctor does not parse the pod's
 // annotations itself: the plugin's verdict is the one that counted.
-func nriPidFindings(r *Report, e *Env, pid int) {
+func nriPidFindings(fs *Findings, e *Env, pid int) {
 	spec, id := containerOf(e, pid)
 	if spec == nil {
 		return
 	}
 	subj := fmt.Sprintf("pid %d (container %s)", pid, shortID(id))
 	if by := spec.Annotations[NRIAdjustedBy]; by != "" {
-		r.add(OK, "nri-adjusted", subj, "adjusted at its creation by rdma-netns-nri "+by, "")
+		fs.add(OK, "nri-adjusted", subj, "adjusted at its creation by rdma-netns-nri "+by, "")
 	}
 	if w := spec.Annotations[NRIWarnings]; w != "" {
-		r.add(Warn, "nri-warnings", subj, "rdma-netns-nri could not give the container everything: "+w,
+		fs.add(Warn, "nri-warnings", subj, "rdma-netns-nri could not give the container everything: "+w,
 			"fix what it names (rdma-netns.io/shm-size takes a Kubernetes quantity: 16Gi, 2G, keep) and re-create the pod")
 	}
 }

@@ -14,18 +14,8 @@ import (
 	"github.com/rdma-netns/rdma-netns/pkg/inventory"
 )
 
-// Thresholds of the pod checks. RDMA registers (pins) every buffer it
-// sends from or receives into; NCCL alone registers tens of MiB per
-// connection, so a limit below MinMemlock fails with `ibv_reg_mr failed`.
-// NCCL and PyTorch DataLoader workers pass data through /dev/shm; the
-// container default of 64MiB fails with `posix_fallocate failed: No space
-// left on device` or a DataLoader "Bus error".
-const (
-	MinMemlock = 64 << 20
-	MinShm     = 1 << 30
-	// capIPCLock is CAP_IPC_LOCK's bit in the capability sets.
-	capIPCLock = 14
-)
+// capIPCLock is CAP_IPC_LOCK's bit in the capability sets.
+const capIPCLock = 14
 
 // Limit is a resource limit; Unlimited is RLIM_INFINITY.
 type Limit struct {

@@ -59,7 +59,7 @@ func (n *fakeRailNet) check(nsPath string) *Report {
 		devs = append(devs, RailDev{Device: fmt.Sprintf("mlx5_%d", i), Port: 1, Netdev: nd, GIDs: []GID{{Index: 3, Address: a, Type: RoCEv2, Netdev: nd}}})
 	}
 	r := &Report{}
-	checkRails(r, n, devs, nsPath)
+	checkRails(&r.Findings, n, devs, nsPath)
 	r.finish()
 	return r
 }

@@ -93,7 +93,7 @@ func railSubject(r *Rail) string { return fmt.Sprintf("%s (%s)", r.Device, r.Net
 // its IPv4 addresses and, for rails sharing a subnet, whether ARP and
 // routing keep each rail's address on its own NIC. nsPath is the pod's
 // netns, for the fixes.
-func checkRails(r *Report, n RailNet, devs []RailDev, nsPath string) []Rail {
+func checkRails(fs *Findings, n RailNet, devs []RailDev, nsPath string) []Rail {
 	rails := make([]Rail, 0, len(devs))
 	own := map[netip.Addr]bool{}
 	if all, err := n.IPv4Addrs(""); err == nil {
@@ -106,7 +106,7 @@ func checkRails(r *Report, n RailNet, devs []RailDev, nsPath string) []Rail {
 		rl := Rail{Device: d.Device, Port: d.Port, Netdev: d.Netdev, Addresses: []RailAddress{}, ArpIgnore: -1, ArpAnnounce: -1}
 		addrs, err := n.IPv4Addrs(d.Netdev)
 		if err != nil {
-			r.add(Warn, "rail-addr", railSubject(&rl), fmt.Sprintf("cannot list the IPv4 addresses of %s in the pod's netns: %v", d.Netdev, err),
+			fs.add(Warn, "rail-addr", railSubject(&rl), fmt.Sprintf("cannot list the IPv4 addresses of %s in the pod's netns: %v", d.Netdev, err),
 				"check that the netdev the RDMA device's GIDs name is in the pod (rdma-netns moves the RDMA device with it)")
 			unlisted[i] = true
 		}
@@ -129,7 +129,7 @@ func checkRails(r *Report, n RailNet, devs []RailDev, nsPath string) []Rail {
 
 	for i := range rails {
 		if !unlisted[i] {
-			gidFindings(r, &rails[i])
+			gidFindings(fs, &rails[i])
 		}
 	}
 	groups := sharedSubnets(rails)
@@ -145,10 +145,10 @@ func checkRails(r *Report, n RailNet, devs []RailDev, nsPath string) []Rail {
 	crossed := false
 	for _, g := range groups {
 		for _, i := range g {
-			if !arpFinding(r, &rails[i], nsPath) {
+			if !arpFinding(fs, &rails[i], nsPath) {
 				crossed = true
 			}
-			if !routeFindings(r, n, &rails[i], rails, own, nsPath) {
+			if !routeFindings(fs, n, &rails[i], rails, own, nsPath) {
 				crossed = true
 			}
 		}
@@ -162,7 +162,7 @@ func checkRails(r *Report, n RailNet, devs []RailDev, nsPath string) []Rail {
 	}
 	switch {
 	case len(groups) == 0 && withAddr > 1:
-		r.add(OK, "rails", fmt.Sprintf("%d rails", withAddr),
+		fs.add(OK, "rails", fmt.Sprintf("%d rails", withAddr),
 			"each rail is on an IPv4 subnet of its own (rail-optimized): no rail answers ARP or routes for another's subnet, so arp_ignore, arp_announce and per-rail routing tables are not needed", "")
 	case len(groups) > 0 && !crossed:
 		for _, g := range groups {
@@ -170,7 +170,7 @@ func checkRails(r *Report, n RailNet, devs []RailDev, nsPath string) []Rail {
 			for _, i := range g {
 				names = append(names, rails[i].Netdev)
 			}
-			r.add(OK, "rails", strings.Join(names, " "),
+			fs.add(OK, "rails", strings.Join(names, " "),
 				"these rails share a subnet, and ARP (arp_ignore >= 1, arp_announce 2) and routing (each rail's address leaves by its own netdev) keep each rail's address on its own NIC", "")
 		}
 	}
@@ -191,10 +191,10 @@ func arpConf(n RailNet, netdev, key string) int {
 	return max(dev, all)
 }
 
-func gidFindings(r *Report, rl *Rail) {
+func gidFindings(fs *Findings, rl *Rail) {
 	subj := railSubject(rl)
 	if len(rl.Addresses) == 0 {
-		r.add(Warn, "rail-addr", subj, fmt.Sprintf("netdev %s of %s port %d has no IPv4 address: its GID table has no IPv4 (RoCE v2) entry, so RoCE v2 over IPv4 cannot use this rail", rl.Netdev, rl.Device, rl.Port),
+		fs.add(Warn, "rail-addr", subj, fmt.Sprintf("netdev %s of %s port %d has no IPv4 address: its GID table has no IPv4 (RoCE v2) entry, so RoCE v2 over IPv4 cannot use this rail", rl.Netdev, rl.Device, rl.Port),
 			"give the rail's attachment an IPAM (each rail's NetworkAttachmentDefinition), or check that the pod's IPAM ran")
 		return
 	}
@@ -207,12 +207,12 @@ func gidFindings(r *Report, rl *Rail) {
 		}
 	}
 	if len(missing) > 0 {
-		r.add(Fail, "rail-gid", subj, fmt.Sprintf("%s port %d has no RoCE v2 GID for %s of %s: RoCE v2 traffic and rdma_cm cannot use that address on this rail (NCCL finds no usable GID for it, or picks another)",
+		fs.add(Fail, "rail-gid", subj, fmt.Sprintf("%s port %d has no RoCE v2 GID for %s of %s: RoCE v2 traffic and rdma_cm cannot use that address on this rail (NCCL finds no usable GID for it, or picks another)",
 			rl.Device, rl.Port, strings.Join(missing, ", "), rl.Netdev),
 			fmt.Sprintf("the kernel adds a RoCE v2 GID for each IPv4 address of the port's netdev while it is up: check with `rdma link` that port %d of %s is bound to %s, and that the NIC has RoCE v2 enabled", rl.Port, rl.Device, rl.Netdev))
 		return
 	}
-	r.add(OK, "rail-gid", subj, "RoCE v2 GIDs for every IPv4 address: "+strings.Join(have, ", "), "")
+	fs.add(OK, "rail-gid", subj, "RoCE v2 GIDs for every IPv4 address: "+strings.Join(have, ", "), "")
 }
 
 // sharedSubnets groups the rails (indices) whose netdevs have addresses in
@@ -269,13 +269,13 @@ func overlap(a, b Rail) bool {
 
 // arpFinding reports a shared-subnet rail whose ARP settings let it answer
 // for, or announce, other rails' addresses; false when it does.
-func arpFinding(r *Report, rl *Rail, nsPath string) bool {
+func arpFinding(fs *Findings, rl *Rail, nsPath string) bool {
 	if rl.ArpIgnore >= 1 && rl.ArpAnnounce >= 2 {
 		return true
 	}
 	subj := railSubject(rl)
 	if rl.ArpIgnore < 0 || rl.ArpAnnounce < 0 {
-		r.add(Warn, "rail-arp", subj, fmt.Sprintf("cannot read net.ipv4.conf.%s.arp_ignore/arp_announce (or .all): whether this rail answers ARP for other rails' addresses on its subnet is unknown", rl.Netdev),
+		fs.add(Warn, "rail-arp", subj, fmt.Sprintf("cannot read net.ipv4.conf.%s.arp_ignore/arp_announce (or .all): whether this rail answers ARP for other rails' addresses on its subnet is unknown", rl.Netdev),
 			"run the doctor as root")
 		return true
 	}
@@ -290,7 +290,7 @@ func arpFinding(r *Report, rl *Rail, nsPath string) bool {
 	if rl.ArpAnnounce < 2 {
 		what = append(what, fmt.Sprintf("arp_announce %d (its ARP requests may carry another rail's address)", rl.ArpAnnounce))
 	}
-	r.add(Fail, "rail-arp", subj,
+	fs.add(Fail, "rail-arp", subj,
 		fmt.Sprintf("rail %s (%s, %s) answers ARP for other rails' addresses: peers can learn its MAC for them and send that rail's RoCE traffic to the wrong NIC, whose GID table lacks the address (retransmissions, IBV_WC_RETRY_EXC_ERR); it shares a subnet with %s and has %s",
 			rl.Device, rl.Netdev, addr, strings.Join(rl.SharesSubnetWith, ", "), strings.Join(what, ", ")),
 		fmt.Sprintf("chain tuning and sbr after each rail's plugins, as %s does (tuning: sysctl net.ipv4.conf.IFNAME.arp_ignore=1 and net.ipv4.conf.IFNAME.arp_announce=2), and recreate the pod; "+
@@ -338,7 +338,7 @@ func tryRoute(nsPath, netdev string, p netip.Prefix, table int) string {
 // routeFindings asks the kernel for the route from each of the rail's
 // addresses to a peer on that address's subnet; false when one leaves by
 // another netdev.
-func routeFindings(r *Report, n RailNet, rl *Rail, rails []Rail, own map[netip.Addr]bool, nsPath string) bool {
+func routeFindings(fs *Findings, n RailNet, rl *Rail, rails []Rail, own map[netip.Addr]bool, nsPath string) bool {
 	ok := true
 	subj := railSubject(rl)
 	for i := range rl.Addresses {
@@ -355,7 +355,7 @@ func routeFindings(r *Report, n RailNet, rl *Rail, rails []Rail, own map[netip.A
 		dev, err := n.RouteNetdev(p.Addr(), peer)
 		if err != nil {
 			a.RouteError = err.Error()
-			r.add(Warn, "rail-route", subj, fmt.Sprintf("cannot ask the kernel for the route from %s to %s: %v", p.Addr(), peer, err), "run the doctor as root")
+			fs.add(Warn, "rail-route", subj, fmt.Sprintf("cannot ask the kernel for the route from %s to %s: %v", p.Addr(), peer, err), "run the doctor as root")
 			continue
 		}
 		a.RouteNetdev = dev
@@ -364,7 +364,7 @@ func routeFindings(r *Report, n RailNet, rl *Rail, rails []Rail, own map[netip.A
 		}
 		ok = false
 		table := 100 + railIndex(rl, rails)
-		r.add(Fail, "rail-route", subj,
+		fs.add(Fail, "rail-route", subj,
 			fmt.Sprintf("traffic from rail %s's address %s leaves by netdev %s, not %s (ip route get %s from %s): what the kernel sends from that address, rdma_cm's address resolution included, goes out of another rail's NIC",
 				rl.Device, p.Addr(), dev, rl.Netdev, peer, p.Addr()),
 			fmt.Sprintf("chain sbr after each rail's plugins, as %s does: a routing table per rail, chosen by a rule for the rail's address; then recreate the pod; %s",

@@ -143,7 +143,7 @@ func (rn *railsNS) check(t *testing.T, devs []RailDev) (*Report, []Rail) {
 	r := &Report{}
 	var rails []Rail
 	if err := railNetIn(rn.ns.Path(), func(n RailNet) error {
-		rails = checkRails(r, n, devs, rn.ns.Path())
+		rails = checkRails(&r.Findings, n, devs, rn.ns.Path())
 		return nil
 	}); err != nil {
 		t.Fatal(err)

@@ -47,7 +47,7 @@ func railCount(v string, def int) int {
 // rail and rendezvous over two, whatever UCX_NET_DEVICES lists, and
 // nothing warns; over rxe's ud_verbs an allreduce over four rails put
 // every packet on the first (docs/benchmarks.md).
-func ucxFinding(r *Report, subj string, pr Process, devs []Device) {
+func ucxFinding(fs *Findings, subj string, pr Process, devs []Device) {
 	if pr.UCX == nil {
 		return
 	}
@@ -59,7 +59,7 @@ func ucxFinding(r *Report, subj string, pr Process, devs []Device) {
 	rndv := railCount(pr.UCX.MaxRndvRails, ucxDefaultRndvRails)
 	n := len(rails)
 	if eager >= n && rndv >= n {
-		r.add(OK, "rail-ucx", subj, fmt.Sprintf("UCX may use all %d rails (%s): UCX_MAX_EAGER_RAILS %d, UCX_MAX_RNDV_RAILS %d", n, strings.Join(rails, " "), eager, rndv), "")
+		fs.add(OK, "rail-ucx", subj, fmt.Sprintf("UCX may use all %d rails (%s): UCX_MAX_EAGER_RAILS %d, UCX_MAX_RNDV_RAILS %d", n, strings.Join(rails, " "), eager, rndv), "")
 		return
 	}
 	var short []string
@@ -69,7 +69,7 @@ func ucxFinding(r *Report, subj string, pr Process, devs []Device) {
 	if rndv < n {
 		short = append(short, fmt.Sprintf("rendezvous on at most %d (UCX_MAX_RNDV_RAILS %s)", rndv, setOrDefault(pr.UCX.MaxRndvRails)))
 	}
-	r.add(Warn, "rail-ucx", subj,
+	fs.add(Warn, "rail-ucx", subj,
 		fmt.Sprintf("UCX is given %d rails (%s) but sends %s: the other rails' NICs carry none of that traffic (over rxe's ud_verbs an allreduce put every byte on the one eager rail)",
 			n, strings.Join(rails, " "), strings.Join(short, " and ")),
 		fmt.Sprintf("set UCX_MAX_EAGER_RAILS=%d and UCX_MAX_RNDV_RAILS=%d in the container's env (or mpirun -x), as conf/nad-rails.yaml's example pod does, and restart the job", n, n))
