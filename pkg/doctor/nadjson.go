@@ -60,8 +60,8 @@ func (n nadRef) String() string {
 	return n.Namespace + "/" + n.Name
 }
 
-// nad is one NAD read from the input, its chain parsed.
-type nad struct {
+// parsedNAD is one NAD read from the input, its chain parsed.
+type parsedNAD struct {
 	ref          nadRef
 	resourceName string
 	chain        []ChainPlugin
@@ -116,7 +116,7 @@ func readNADObjects(in io.Reader) ([]json.RawMessage, error) {
 
 // parseNAD reads one item. ok false means the item is not a NAD (another
 // kind in a mixed List) and is skipped.
-func parseNAD(raw json.RawMessage) (n *nad, ok bool, err error) {
+func parseNAD(raw json.RawMessage) (n *parsedNAD, ok bool, err error) {
 	var obj nadObject
 	if err := json.Unmarshal(raw, &obj); err != nil {
 		return nil, true, fmt.Errorf("is not a Kubernetes object: %v", err)
@@ -124,7 +124,7 @@ func parseNAD(raw json.RawMessage) (n *nad, ok bool, err error) {
 	if obj.Kind != "" && obj.Kind != "NetworkAttachmentDefinition" {
 		return nil, false, nil
 	}
-	n = &nad{
+	n = &parsedNAD{
 		ref:          nadRef{obj.Metadata.Namespace, obj.Metadata.Name},
 		resourceName: obj.Metadata.Annotations[resourceNameAnnotation],
 	}
@@ -151,7 +151,7 @@ type netConf struct {
 }
 
 // parseChain fills the NAD's chain from its spec.config.
-func (n *nad) parseChain(conf []byte) error {
+func (n *parsedNAD) parseChain(conf []byte) error {
 	var nc netConf
 	if err := json.Unmarshal(conf, &nc); err != nil {
 		return fmt.Errorf("spec.config is not valid JSON: %v", err)
@@ -174,7 +174,7 @@ func (n *nad) parseChain(conf []byte) error {
 // addPlugin appends one entry of the chain; an rdma-netns entry is read
 // as the plugin reads it, with the list's cniVersion and name, which the
 // runtime puts into every entry.
-func (n *nad) addPlugin(i int, raw json.RawMessage, list netConf) error {
+func (n *parsedNAD) addPlugin(i int, raw json.RawMessage, list netConf) error {
 	var p struct {
 		Type         string          `json:"type"`
 		Capabilities map[string]bool `json:"capabilities"`
@@ -227,7 +227,7 @@ func withListKeys(raw json.RawMessage, list netConf) (json.RawMessage, error) {
 }
 
 // view is the NAD as the report shows it.
-func (n *nad) view() NADView {
+func (n *parsedNAD) view() NADView {
 	c := n.confs[0]
 	return NADView{
 		Namespace: n.ref.Namespace, Name: n.ref.Name, Chain: n.chain, ResourceName: n.resourceName,

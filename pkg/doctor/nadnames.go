@@ -19,7 +19,7 @@ type nameUse struct {
 	prefix  string
 }
 
-func nameUses(nads []*nad) []nameUse {
+func nameUses(nads []*parsedNAD) []nameUse {
 	var uses []nameUse
 	for _, n := range nads {
 		for _, c := range n.confs {
@@ -98,8 +98,8 @@ func (x *prefixIndex) above(p string) []string {
 	return out
 }
 
-// after is how many of the places at (ascending) come after place i.
-func after(at []int, i int) int {
+// placesAfter is how many of the places at (ascending) come after place i.
+func placesAfter(at []int, i int) int {
 	return len(at) - sort.SearchInts(at, i+1)
 }
 
@@ -219,7 +219,7 @@ func (fs *Findings) samePrefix(x *prefixIndex, p string, at []int) {
 		return
 	}
 	if len(refs) == 2 {
-		fs.overlap(refs[0], p, refs[1], p)
+		fs.overlapPair(refs[0], p, refs[1], p)
 		return
 	}
 	fs.add(OK, "name-prefix-overlap", refs[0].String(), fmt.Sprintf(
@@ -233,10 +233,10 @@ func (fs *Findings) samePrefix(x *prefixIndex, p string, at []int) {
 func (fs *Findings) nestedPrefixes(x *prefixIndex, u prefixUse) {
 	ns := u.ref.Namespace
 	lists := [][]int{x.below[u.prefix]}
-	total := after(x.below[u.prefix], u.at) - after(x.belowNS[prefixNS{u.prefix, ns}], u.at)
+	total := placesAfter(x.below[u.prefix], u.at) - placesAfter(x.belowNS[prefixNS{u.prefix, ns}], u.at)
 	for _, a := range x.above(u.prefix) {
 		lists = append(lists, x.holders[a])
-		total += after(x.holders[a], u.at) - after(x.holdersNS[prefixNS{a, ns}], u.at)
+		total += placesAfter(x.holders[a], u.at) - placesAfter(x.holdersNS[prefixNS{a, ns}], u.at)
 	}
 	if total == 0 {
 		return
@@ -259,7 +259,7 @@ func (fs *Findings) nestedPrefixes(x *prefixIndex, u prefixUse) {
 	first = first[:min(len(first), 3)]
 	if total == 1 {
 		y := x.uses[first[0]]
-		fs.overlap(u.ref, u.prefix, y.ref, y.prefix)
+		fs.overlapPair(u.ref, u.prefix, y.ref, y.prefix)
 		return
 	}
 	var listed []string
@@ -271,8 +271,8 @@ func (fs *Findings) nestedPrefixes(x *prefixIndex, u prefixUse) {
 		u.ref, u.prefix, thousands(total), someOf(listed, total)), overlapRemedy)
 }
 
-// overlap reports two NADs of different namespaces whose prefixes overlap.
-func (fs *Findings) overlap(x nadRef, px string, y nadRef, py string) {
+// overlapPair reports two NADs of different namespaces whose prefixes overlap.
+func (fs *Findings) overlapPair(x nadRef, px string, y nadRef, py string) {
 	fs.add(OK, "name-prefix-overlap", x.String(), fmt.Sprintf(
 		"pods of %s (podRdmaDevNamePrefix %s) and of %s (podRdmaDevNamePrefix %s), in another namespace, may ask for the same device names: on a node the first pod to take a name has it, and the other's ADD fails",
 		x, px, y, py), overlapRemedy)

@@ -10,13 +10,13 @@ import (
 
 const nadsInputRemedy = "pipe what kubectl prints: kubectl get network-attachment-definitions -A -o json | rdma-netns doctor nads"
 
-// checkNADs checks the NetworkAttachmentDefinitions read from in
+// nadChecks checks the NetworkAttachmentDefinitions read from in
 // (kubectl's JSON), adding the findings to fs: per NAD, who picks the NIC
 // and whether rdma-netns sees the pick; across NADs, the RDMA device names
 // their pods may take from each other. A NAD without rdma-netns is
 // skipped; one that does not parse is reported and skipped, and the others
 // are still checked. Input that is not kubectl's JSON gives no view.
-func checkNADs(in io.Reader, fs *Findings) *NADsView {
+func nadChecks(in io.Reader, fs *Findings) *NADsView {
 	raws, err := readNADObjects(in)
 	if err != nil {
 		fs.add(Fail, "nads-input", "input", err.Error(), nadsInputRemedy)
@@ -40,7 +40,7 @@ func checkNADs(in io.Reader, fs *Findings) *NADsView {
 
 // parseNADs keeps the NADs that chain rdma-netns, reporting those that do
 // not parse; read counts the NADs among the items.
-func (fs *Findings) parseNADs(raws []json.RawMessage) (nads []*nad, read int) {
+func (fs *Findings) parseNADs(raws []json.RawMessage) (nads []*parsedNAD, read int) {
 	for i, raw := range raws {
 		n, ok, err := parseNAD(raw)
 		if !ok {
@@ -59,7 +59,7 @@ func (fs *Findings) parseNADs(raws []json.RawMessage) (nads []*nad, read int) {
 }
 
 // nadError reports a NAD that could not be checked.
-func (fs *Findings) nadError(i int, n *nad, err error) {
+func (fs *Findings) nadError(i int, n *parsedNAD, err error) {
 	subj := fmt.Sprintf("item %d", i)
 	edit := "correct the NAD's spec.config"
 	if n != nil && n.ref.Name != "" {

@@ -36,9 +36,9 @@ type NodeView struct {
 	NRI *NRIView `json:"nri,omitempty"`
 }
 
-// checkNode runs the node checks: it adds their findings to fs and
+// nodeChecks runs the node checks: it adds their findings to fs and
 // returns what it saw of the node.
-func checkNode(e *Env, fs *Findings) *NodeView {
+func nodeChecks(e *Env, fs *Findings) *NodeView {
 	n := &NodeView{StateDir: e.StateDir, Records: []RecordView{}, Devices: []Device{}, Namespaces: []*inventory.Namespace{}}
 	mode, modeErr := modeFindings(fs, e.Kernel)
 	n.NetnsMode = mode

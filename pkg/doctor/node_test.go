@@ -201,7 +201,7 @@ func findingsOf(r *Report, check string) []Finding {
 func TestNodeLocationsLeakAndRecords(t *testing.T) {
 	f := newNodeFixture(t)
 	podA, podB := filepath.Join(f.netnsDir, "pod-a"), filepath.Join(f.netnsDir, "pod-b")
-	r := Node(f.env)
+	r := CheckNode(f.env)
 	if r.ExitCode != 0 {
 		t.Fatalf("exit %d: %+v", r.ExitCode, r.Findings)
 	}
@@ -255,7 +255,7 @@ func TestNodeDriftAndStale(t *testing.T) {
 	// recorded in pod-b but sits in the host.
 	f.put(t, "cid-gone", filepath.Join(f.netnsDir, "deleted"), "mlx5_2", state.StateAttached)
 	f.put(t, "cid-b", podB, "mlx5_0", state.StateAttached)
-	r := Node(f.env)
+	r := CheckNode(f.env)
 	if r.ExitCode != 1 {
 		t.Fatalf("drift must fail: exit %d", r.ExitCode)
 	}
@@ -378,7 +378,7 @@ func TestNodeModes(t *testing.T) {
 			if tt.persisted != "" {
 				write(t, filepath.Join(f.env.EtcRoot, "modprobe.d", "ib_core.conf"), "options ib_core netns_mode="+tt.persisted+"\n")
 			}
-			r := Node(f.env)
+			r := CheckNode(f.env)
 			if r.ExitCode != tt.exit {
 				t.Errorf("exit %d, want %d: %+v", r.ExitCode, tt.exit, r.Findings)
 			}
@@ -413,7 +413,7 @@ func TestNodeLostHostName(t *testing.T) {
 	if err := f.store.NoteLostName("gone0", "a device renamed since"); err != nil {
 		t.Fatal(err)
 	}
-	r := Node(f.env)
+	r := CheckNode(f.env)
 	lost := findingsOf(r, "lost-host-name")
 	if len(lost) != 1 || lost[0].Subject != "mlx5_0" || lost[0].Severity != Warn || !strings.Contains(lost[0].Remedy, "renamed/mlx5_0") {
 		t.Fatalf("lost-host-name findings %+v", lost)

@@ -25,10 +25,10 @@ type PodView struct {
 	Processes []Process `json:"processes"`
 }
 
-// checkPod runs the pod checks for the netns at nsPath, pid, when
+// podChecks runs the pod checks for the netns at nsPath, pid, when
 // non-zero, the only process checked: it adds their findings to fs and
 // returns what it saw of the pod.
-func checkPod(e *Env, fs *Findings, nsPath string, pid int) *PodView {
+func podChecks(e *Env, fs *Findings, nsPath string, pid int) *PodView {
 	p := &PodView{Netns: nsPath, Devices: []Device{}, VerbsNodes: []string{}, Rails: []Rail{}, Processes: []Process{}}
 	id, err := e.NetnsOf(nsPath)
 	if err != nil {
@@ -209,7 +209,7 @@ func railsSection(rails []Rail) section {
 	s := section{heading: "Rails",
 		header: []string{"DEVICE", "PORT", "NETDEV", "ADDRESS", "ROCE V2 GID", "ARP IGNORE/ANNOUNCE", "SHARES SUBNET WITH", "ROUTE TO PEER"}}
 	for _, rl := range rails {
-		arp := fmt.Sprintf("%s/%s", conf(rl.ArpIgnore), conf(rl.ArpAnnounce))
+		arp := fmt.Sprintf("%s/%s", arpValue(rl.ArpIgnore), arpValue(rl.ArpAnnounce))
 		shares := dash(strings.Join(rl.SharesSubnetWith, ","))
 		addrs := rl.Addresses
 		if len(addrs) == 0 {
@@ -239,7 +239,7 @@ func railsSection(rails []Rail) section {
 	return s
 }
 
-func conf(v int) string {
+func arpValue(v int) string {
 	if v < 0 {
 		return "?"
 	}

@@ -72,26 +72,6 @@ func parseLimit(s string) (Limit, error) {
 	return Limit{Bytes: n, Known: true}, nil
 }
 
-// ParseCapEff returns the effective capability set from the contents of
-// /proc/PID/status.
-func ParseCapEff(status string) (uint64, error) {
-	for _, line := range strings.Split(status, "\n") {
-		rest, ok := strings.CutPrefix(line, "CapEff:")
-		if !ok {
-			continue
-		}
-		v, err := strconv.ParseUint(strings.TrimSpace(rest), 16, 64)
-		if err != nil {
-			return 0, fmt.Errorf("malformed CapEff %q", rest)
-		}
-		return v, nil
-	}
-	return 0, errors.New("no CapEff line")
-}
-
-// HasCap reports whether capability bit c is in set.
-func HasCap(set uint64, c uint) bool { return c < 64 && set&(1<<c) != 0 }
-
 // Process is what the pod checks learn about one process in the netns.
 type Process struct {
 	PID  int    `json:"pid"`

@@ -231,7 +231,7 @@ func sharedSubnets(rails []Rail) [][]int {
 	}
 	for i := range rails {
 		for j := i + 1; j < len(rails); j++ {
-			if rails[i].Netdev != rails[j].Netdev && overlap(rails[i], rails[j]) {
+			if rails[i].Netdev != rails[j].Netdev && subnetsOverlap(rails[i], rails[j]) {
 				parent[find(j)] = find(i)
 			}
 		}
@@ -254,7 +254,7 @@ func sharedSubnets(rails []Rail) [][]int {
 	return groups
 }
 
-func overlap(a, b Rail) bool {
+func subnetsOverlap(a, b Rail) bool {
 	for _, x := range a.Addresses {
 		for _, y := range b.Addresses {
 			px, errx := netip.ParsePrefix(x.Address)

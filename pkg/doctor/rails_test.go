@@ -399,7 +399,7 @@ func TestPodRails(t *testing.T) {
 		return railNetIn(rn.ns.Path(), fn)
 	}
 
-	r := Pod(f.env, podA, 0)
+	r := CheckPod(f.env, podA, 0)
 	if r.ExitCode != 1 {
 		t.Fatalf("exit %d: %+v", r.ExitCode, r.Findings)
 	}
@@ -431,7 +431,7 @@ func TestPodRails(t *testing.T) {
 		}
 	}
 	var out, errb bytes.Buffer
-	if code := run([]string{"--netns", podA, "--json"}, &out, &errb, f.env); code != 1 {
+	if code := runOn([]string{"--netns", podA, "--json"}, &out, &errb, f.env); code != 1 {
 		t.Fatalf("exit %d, stderr %s", code, errb.String())
 	}
 	var doc struct {

@@ -17,29 +17,29 @@ type Report struct {
 	ExitCode int `json:"exitCode"`
 }
 
-// Node runs the node checks.
-func Node(e *Env) *Report {
+// CheckNode runs the node checks.
+func CheckNode(e *Env) *Report {
 	r := &Report{}
-	r.Node = checkNode(e, &r.Findings)
+	r.Node = nodeChecks(e, &r.Findings)
 	r.finish()
 	return r
 }
 
-// Pod runs the pod checks for the netns at nsPath; pid, when non-zero,
+// CheckPod runs the pod checks for the netns at nsPath; pid, when non-zero,
 // limits the process checks to that process.
-func Pod(e *Env, nsPath string, pid int) *Report {
+func CheckPod(e *Env, nsPath string, pid int) *Report {
 	r := &Report{}
-	r.Pod = checkPod(e, &r.Findings, nsPath, pid)
+	r.Pod = podChecks(e, &r.Findings, nsPath, pid)
 	r.finish()
 	return r
 }
 
-// NADs checks the NetworkAttachmentDefinitions read from in (kubectl's
+// CheckNADs checks the NetworkAttachmentDefinitions read from in (kubectl's
 // JSON): per NAD, who picks the NIC and whether rdma-netns sees the pick;
 // across NADs, the RDMA device names their pods may take from each other.
-func NADs(in io.Reader) *Report {
+func CheckNADs(in io.Reader) *Report {
 	r := &Report{}
-	r.NADs = checkNADs(in, &r.Findings)
+	r.NADs = nadChecks(in, &r.Findings)
 	r.finish()
 	return r
 }

@@ -82,7 +82,7 @@ func TestWriteText(t *testing.T) {
 // The JSON is for automation: check its shape, not just that it parses.
 func TestWriteJSONShape(t *testing.T) {
 	f := newNodeFixture(t)
-	r := Node(f.env)
+	r := CheckNode(f.env)
 	var b bytes.Buffer
 	if err := r.WriteJSON(&b); err != nil {
 		t.Fatal(err)
@@ -130,7 +130,7 @@ func TestWriteJSONShape(t *testing.T) {
 	// Empty lists are [] rather than null, so consumers can iterate.
 	f2 := newNodeFixture(t)
 	f2.fp.proc("50", "app", "lonely", "unlimited", "0", 2<<30)
-	pr := Pod(f2.env, f2.fp.netns("lonely"), 0)
+	pr := CheckPod(f2.env, f2.fp.netns("lonely"), 0)
 	b.Reset()
 	if err := pr.WriteJSON(&b); err != nil {
 		t.Fatal(err)
@@ -160,7 +160,7 @@ func TestRunFlags(t *testing.T) {
 	}
 	for _, tt := range tests {
 		var out, errb bytes.Buffer
-		if got := run(tt.args, &out, &errb, f.env); got != tt.exit {
+		if got := runOn(tt.args, &out, &errb, f.env); got != tt.exit {
 			t.Errorf("%v: exit %d, want %d\n%s%s", tt.args, got, tt.exit, out.String(), errb.String())
 		}
 		if !strings.Contains(out.String(), tt.out) || !strings.Contains(errb.String(), tt.err) {

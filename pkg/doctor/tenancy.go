@@ -21,7 +21,7 @@ func deviceIDPicker(chain []ChainPlugin, pos int) string {
 // tenancy checks who picks the NIC: a plugin before rdma-netns with the
 // deviceID capability lets the pod pick it (host-device takes
 // runtimeConfig.deviceID over its own device).
-func (fs *Findings) tenancy(n *nad, pos int, c *config.NetConf) {
+func (fs *Findings) tenancy(n *parsedNAD, pos int, c *config.NetConf) {
 	picker := deviceIDPicker(n.chain, pos)
 	if picker == "" {
 		return
@@ -42,7 +42,7 @@ func (fs *Findings) tenancy(n *nad, pos int, c *config.NetConf) {
 }
 
 // podPicks says how a pod picks its NIC on this NAD.
-func podPicks(n *nad, picker string) string {
+func podPicks(n *parsedNAD, picker string) string {
 	if n.resourceName == "" {
 		return "a pod picks its NIC through " + picker + "'s deviceID capability"
 	}
@@ -50,7 +50,7 @@ func podPicks(n *nad, picker string) string {
 		n.resourceName, picker)
 }
 
-func resourceRemedy(n *nad) string {
+func resourceRemedy(n *parsedNAD) string {
 	if n.resourceName == "" {
 		return "give the NAD a device plugin resourceName"
 	}
