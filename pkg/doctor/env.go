@@ -150,6 +150,37 @@ func (e *Env) records() (recs []*state.Record, damaged []string, err error) {
 	return recs, append(damaged, aside...), err
 }
 
+// Reservation is an RDMA device name reserved on the node for the network
+// whose configuration gives its pods that name (rdmaDevName): no pod
+// may give its device that name itself (podRdmaDevNamePrefix). The
+// plugin writes it at the network's first attachment on the node and
+// never removes it.
+type Reservation struct {
+	Name    string `json:"name"`
+	Network string `json:"network"`
+	// File holds it; deleting the file releases the name.
+	File string `json:"file"`
+}
+
+// reservations reads the node's name reservations, by name, without
+// creating the state directory.
+func (e *Env) reservations() ([]Reservation, error) {
+	out := []Reservation{}
+	st, err := state.Open(e.StateDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return out, nil
+	}
+	if err != nil {
+		return out, err
+	}
+	names, err := st.ReservedNames()
+	for name, network := range names {
+		out = append(out, Reservation{Name: name, Network: network, File: filepath.Join(st.Dir(), state.ReservedDir, name)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, err
+}
+
 func (e *Env) recordFile(k state.Key) string {
 	st, err := state.Open(e.StateDir)
 	if err != nil {

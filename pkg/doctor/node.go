@@ -3,6 +3,7 @@ package doctor
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 
@@ -24,7 +25,10 @@ type NodeView struct {
 	// StateDirPresent is false where rdma-netns never ran.
 	StateDirPresent bool         `json:"stateDirPresent"`
 	Records         []RecordView `json:"records"`
-	Devices         []Device     `json:"devices"`
+	// Reservations are the RDMA device names reserved on the node, each
+	// for the network that gives its pods that name.
+	Reservations []Reservation `json:"reservations"`
+	Devices      []Device      `json:"devices"`
 	// Namespaces are the network namespaces other than the host's that
 	// hold RDMA devices.
 	Namespaces []*inventory.Namespace `json:"namespaces"`
@@ -39,7 +43,7 @@ type NodeView struct {
 // nodeChecks runs the node checks: it adds their findings to fs and
 // returns what it saw of the node.
 func nodeChecks(e *Env, fs *Findings) *NodeView {
-	n := &NodeView{StateDir: e.StateDir, Records: []RecordView{}, Devices: []Device{}, Namespaces: []*inventory.Namespace{}}
+	n := &NodeView{StateDir: e.StateDir, Records: []RecordView{}, Reservations: []Reservation{}, Devices: []Device{}, Namespaces: []*inventory.Namespace{}}
 	mode, modeErr := modeFindings(fs, e.Kernel)
 	n.NetnsMode = mode
 	if modeErr != nil {
@@ -49,6 +53,12 @@ func nodeChecks(e *Env, fs *Findings) *NodeView {
 	if _, err := os.Stat(e.StateDir); err == nil {
 		n.StateDirPresent = true
 	}
+	res, resErr := e.reservations()
+	if resErr != nil {
+		fs.add(Warn, "state", filepath.Join(e.StateDir, state.ReservedDir), fmt.Sprintf("cannot read the RDMA device names reserved on this node: %v", resErr),
+			"check the state directory's permissions")
+	}
+	n.Reservations = res
 	persistFindings(fs, n.NetnsMode, n.Persistent, n.PersistentMode)
 	if modeErr == nil {
 		n.NRI = nriFindings(fs, e, mode)
@@ -168,5 +178,17 @@ func (n *NodeView) sections() []section {
 			{"state directory", stateDir},
 		}},
 		devicesSection("RDMA devices", n.Devices, true),
+		reservationsSection(n.Reservations),
 	}
+}
+
+// reservationsSection lists the names reserved on the node: a name stays
+// reserved for its network until someone deletes its file
+// (docs/doctor.md says when that is safe).
+func reservationsSection(res []Reservation) section {
+	s := section{heading: "RDMA device names reserved", none: "none", header: []string{"NAME", "NETWORK", "FILE"}}
+	for _, r := range res {
+		s.rows = append(s.rows, []string{r.Name, r.Network, r.File})
+	}
+	return s
 }
