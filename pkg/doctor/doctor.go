@@ -82,17 +82,12 @@ func Main(args []string, stdout, stderr io.Writer) int {
 // runOn is Main with the node replaceable for tests (nil = the real one).
 func runOn(args []string, stdout, stderr io.Writer, env *Env) int {
 	fl := flag.NewFlagSet("rdma-netns doctor", flag.ContinueOnError)
-	fl.SetOutput(stderr)
 	asJSON := fl.Bool("json", false, "print the report as JSON")
 	netnsPath := fl.String("netns", "", "check the pod whose network namespace is at `PATH` (/run/netns/NAME, /proc/PID/ns/net)")
 	pid := fl.Int("pid", 0, "check the pod of process `PID`: its netns, and this process only")
 	stateDir := fl.String("state-dir", state.DefaultDir, "rdma-netns state directory (the plugin's stateDir)")
 	sysfs := fl.String("sysfs", "/sys", "sysfs `ROOT` of the host (for tests)")
-	fl.Usage = func() {
-		fmt.Fprint(stderr, usage)
-		fl.PrintDefaults()
-	}
-	if code, ok := cli.Parse(fl, args, stderr); !ok {
+	if code, ok := cli.Parse(fl, usage, args, stderr); !ok {
 		return code
 	}
 	if *netnsPath != "" && *pid != 0 {
@@ -154,13 +149,8 @@ Flags:
 // nadsMain runs `doctor nads` with the arguments after "nads".
 func nadsMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fl := flag.NewFlagSet("rdma-netns doctor nads", flag.ContinueOnError)
-	fl.SetOutput(stderr)
 	asJSON := fl.Bool("json", false, "print the report as JSON")
-	fl.Usage = func() {
-		fmt.Fprint(stderr, nadsUsage)
-		fl.PrintDefaults()
-	}
-	file, code, ok := parseFileArg(fl, args, stderr)
+	file, code, ok := parseFileArg(fl, nadsUsage, args, stderr)
 	if !ok {
 		return code
 	}
@@ -174,8 +164,9 @@ func nadsMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 }
 
 // parseFileArg parses flags before and after the one FILE argument
-// ("-" when there is none).
-func parseFileArg(fl *flag.FlagSet, args []string, stderr io.Writer) (file string, code int, ok bool) {
+// ("-" when there is none), as cli.Parse does.
+func parseFileArg(fl *flag.FlagSet, usage string, args []string, stderr io.Writer) (file string, code int, ok bool) {
+	cli.SetUsage(fl, usage, stderr)
 	if err := fl.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return "", 0, false
@@ -186,7 +177,7 @@ func parseFileArg(fl *flag.FlagSet, args []string, stderr io.Writer) (file strin
 		return "-", 0, true
 	}
 	file = fl.Arg(0)
-	if code, ok := cli.Parse(fl, fl.Args()[1:], stderr); !ok {
+	if code, ok := cli.Parse(fl, usage, fl.Args()[1:], stderr); !ok {
 		return "", code, false
 	}
 	return file, 0, true
