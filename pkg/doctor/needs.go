@@ -43,16 +43,6 @@ func MemlockVerdict(pr Process) (Severity, string) {
 		pr.Memlock, FormatBytes(MinMemlock))
 }
 
-func memlockFinding(fs *Findings, subj string, pr Process) Severity {
-	sev, reason := MemlockVerdict(pr)
-	remedy := ""
-	if sev != OK {
-		remedy = memlockRemedy
-	}
-	fs.add(sev, "memlock", subj, reason, remedy)
-	return sev
-}
-
 // ShmVerdict grades the size of /dev/shm.
 func ShmVerdict(pr Process) (Severity, string) {
 	switch {
@@ -67,27 +57,26 @@ func ShmVerdict(pr Process) (Severity, string) {
 	return OK, fmt.Sprintf("/dev/shm is %s", FormatBytes(pr.ShmBytes))
 }
 
-func shmFinding(fs *Findings, subj string, pr Process) Severity {
-	sev, reason := ShmVerdict(pr)
-	remedy := ""
-	if sev != OK {
-		remedy = shmRemedy
-	}
-	fs.add(sev, "shm", subj, reason, remedy)
-	return sev
-}
-
 // needsFindings checks what a process of a pod holding RDMA devices needs
 // and rdma-netns-nri gives each of its containers: a memlock limit, a
 // /dev/shm of a useful size, and the device nodes want of the pod's
 // devices. lacks names what it lacks; hasNodes is set when want is not
 // empty and it has all of them.
 func needsFindings(fs *Findings, subj string, pr Process, want []string) (lacks []string, hasNodes bool) {
-	if memlockFinding(fs, subj, pr) != OK {
-		lacks = append(lacks, "a memlock limit for memory registration")
-	}
-	if shmFinding(fs, subj, pr) != OK {
-		lacks = append(lacks, "a /dev/shm of a useful size")
+	for _, v := range []struct {
+		check, lack, remedy string
+		verdict             func(Process) (Severity, string)
+	}{
+		{"memlock", "a memlock limit for memory registration", memlockRemedy, MemlockVerdict},
+		{"shm", "a /dev/shm of a useful size", shmRemedy, ShmVerdict},
+	} {
+		sev, reason := v.verdict(pr)
+		if sev == OK {
+			fs.add(sev, v.check, subj, reason, "")
+			continue
+		}
+		fs.add(sev, v.check, subj, reason, v.remedy)
+		lacks = append(lacks, v.lack)
 	}
 	var missing []string
 	for _, w := range want {
