@@ -14,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/rdma-netns/rdma-netns/pkg/clocktest"
 )
 
 // floodReviewer answers the tokens it knows at once and holds the review
@@ -79,7 +81,7 @@ type floodRig struct {
 	t       *testing.T
 	rev     *floodReviewer
 	guard   *Guard
-	clock   *fakeClock
+	clock   *clocktest.Clock
 	h       http.Handler
 	wg      sync.WaitGroup
 	release sync.Once
@@ -97,8 +99,8 @@ func newFloodRig(t *testing.T) *floodRig {
 		release: make(chan struct{}),
 	}
 	g := NewGuard(rev, "/metrics")
-	clock := &fakeClock{t: time.Unix(1e9, 0)}
-	g.now = clock.now
+	clock := clocktest.New()
+	g.now = clock.Now
 	metrics := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("rdma_exporter_devices 1\n")) })
 	r := &floodRig{t: t, rev: rev, guard: g, clock: clock, h: g.Wrap(metrics), log: captureLog(t)}
 	t.Cleanup(func() {
@@ -265,7 +267,7 @@ func TestGuardFloodKeepsAllowedScraper(t *testing.T) {
 	const scrapeInterval = 30 * time.Second
 	lifetime := r.guard.TTL
 	for elapsed := scrapeInterval; elapsed <= 3*lifetime; elapsed += scrapeInterval {
-		r.clock.advance(scrapeInterval)
+		r.clock.Advance(scrapeInterval)
 		for i, addr := range floodAddrs {
 			wantNoSlot(t, fmt.Sprintf("%v into the flood, a made-up token from %s", elapsed, addr), r.answer(addr, madeUp(int(elapsed/time.Second)*100+i)))
 		}
@@ -283,11 +285,11 @@ func TestGuardFloodKeepsAllowedScraper(t *testing.T) {
 	}
 	wantRefused(t, "a new valid token during the flood", r.answer(prom, "prom-token-2"), http.StatusServiceUnavailable)
 	r.rev.set("prom-token", Forbidden)
-	r.clock.advance(lifetime)
+	r.clock.Advance(lifetime)
 	if resp := r.answer(prom, "prom-token"); resp.StatusCode != http.StatusForbidden {
 		t.Errorf("Prometheus's binding removed, a lifetime later during the flood: %s, want 403", resp.Status)
 	}
-	r.clock.advance(lifetime)
+	r.clock.Advance(lifetime)
 	wantRefused(t, "Prometheus's token, denied at its last review, a lifetime later", r.answer(prom, "prom-token"), http.StatusServiceUnavailable)
 }
 
@@ -299,11 +301,11 @@ func TestGuardFullCacheKeepsAllowedScraper(t *testing.T) {
 	if resp := r.answer("10.0.0.9", "prom-token"); resp.StatusCode != http.StatusOK {
 		t.Fatalf("Prometheus's token before the flood: %s, want 200", resp.Status)
 	}
-	r.clock.advance(r.guard.TTL - time.Second)
+	r.clock.Advance(r.guard.TTL - time.Second)
 	for i := range maxCached + 10 { // the verdicts of made-up tokens the API server answered at once
-		r.guard.keep(sha256.Sum256([]byte(madeUp(i))), verdict{v: Unauthenticated, expires: r.clock.now().Add(r.guard.TTL)})
+		r.guard.keep(sha256.Sum256([]byte(madeUp(i))), verdict{v: Unauthenticated, expires: r.clock.Now().Add(r.guard.TTL)})
 	}
-	r.clock.advance(time.Second)
+	r.clock.Advance(time.Second)
 	for i, addr := range floodAddrs[:maxReviews] {
 		r.hold(addr, madeUp(maxCached+100+i))
 	}
@@ -326,7 +328,7 @@ func TestGuardRefusalLogsAreBounded(t *testing.T) {
 	if lines := r.log.lines(); len(lines) != 1 || !strings.Contains(lines[0], "429") || !strings.Contains(lines[0], flooder) {
 		t.Errorf("50 refusals of one address logged %d lines, want one naming 429 and the address:\n%s", len(lines), strings.Join(lines, "\n"))
 	}
-	r.clock.advance(logEvery)
+	r.clock.Advance(logEvery)
 	r.answer(flooder, madeUp(200))
 	lines := r.log.lines()
 	if len(lines) != 2 || !strings.Contains(lines[1], "49 more") {
