@@ -35,10 +35,12 @@ whether it survives a reboot; every RDMA device with its driver, PCI
 function, ports, netdevs, GIDs, /dev/infiniband nodes and the network
 namespace it is in; records of rdma-netns that no longer match the kernel
 (drift, pods whose netns is gone) and devices outside the host that no
-record owns (leaks). Where rdma-netns-nri is (pre-installed in
-/opt/nri/plugins, or running): a FAIL in shared mode, where it gives
-nothing, and in exclusive mode the running containers of RDMA pods it did
-not adjust (created while it was not serving), from containerd's bundles.
+record owns (leaks); the RDMA device names reserved on the node, each for
+the network that gives its pods that name. Where rdma-netns-nri is
+(pre-installed in /opt/nri/plugins, or running): a FAIL in shared mode,
+where it gives nothing, and in exclusive mode the running containers of
+RDMA pods it did not adjust (created while it was not serving), from
+containerd's bundles.
 
 With --netns or --pid: pod checks. The RDMA devices in that network
 namespace with their ports, netdevs and GIDs; its rails (each port's
