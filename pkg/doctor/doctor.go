@@ -10,6 +10,27 @@
 // Every finding is ok, warn or fail with a reason and a remedy. The exit
 // status is 1 when any finding fails, 0 otherwise (warnings alone do not
 // fail), 2 on a usage error.
+//
+// Its files stand in layers, each using only the ones below it:
+//
+//   - at the bottom, what is read from the node: RDMA devices from sysfs
+//     (sysfs.go), processes from /proc (proc.go, creds.go, ucxenv.go),
+//     addresses, ARP settings and routes in a netns (railnet.go), the
+//     kernel, the records and the reserved names (env.go), rdma-netns-nri
+//     and containerd's bundles (nriread.go), kubectl's NAD JSON
+//     (nadjson.go); beside it the findings and the words several checks
+//     share (finding.go, words.go, fixes.go), the quoting of names
+//     (quote.go) and the report writer (write.go), which knows findings
+//     and tables, not checks, and escapes every value it prints;
+//   - the checks, a file each, which turn those facts into findings and
+//     know no other check: mode.go, records.go, devices.go, needs.go,
+//     access.go, ucx.go, rails.go, nri.go, tenancy.go, nadnames.go;
+//   - the views, which run the checks of a node, a pod or the NADs and
+//     describe what they saw as tables: node.go, pod.go, nads.go;
+//   - Report and its entry points (report.go), and the commands with
+//     their flags (doctor.go).
+//
+// A new check is one file, and one line in the view that runs it.
 package doctor
 
 import (

@@ -1,7 +1,5 @@
 package doctor
 
-import ()
-
 // Severity grades a finding. Only Fail makes the exit status non-zero:
 // warnings are things that may bite later or that a person should look at,
 // but nothing is known to be broken.
