@@ -378,7 +378,7 @@ func checkRailsDoctor(t *testing.T, file string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := doctor.NADs(strings.NewReader(string(list)))
+	r := doctor.CheckNADs(strings.NewReader(string(list)))
 	if r.ExitCode != 0 || r.Summary[doctor.Warn] != 0 || r.NADs == nil || len(r.NADs.WithRdmaNetns) != len(objs) {
 		t.Errorf("doctor nads on %s: exit %d, %v, findings %+v, view %+v", file, r.ExitCode, r.Summary, r.Findings, r.NADs)
 	}

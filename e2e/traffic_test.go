@@ -58,8 +58,15 @@ func (p *trafficPod) del(t *testing.T) { mustDel(t, p.c, p.l, p.rt("net1")) }
 // twoNICs returns two NICs with different sysfs layouts.
 func twoNICs(t *testing.T) (nic, nic) { return nicBy(t, "pf"), nicBy(t, "child") }
 
-func wantPingPong(t *testing.T, srv, cli rig.PingPong, size, iters int) {
+// pingPong runs iters ibv_rc_pingpong round trips of size bytes between
+// a (the server) and b (the client), and checks that both sides counted
+// every one.
+func pingPong(t *testing.T, a, b rig.Endpoint, size, iters int) {
 	t.Helper()
+	srv, cli, err := rig.RunPingPong(a, b, size, iters, trafficTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for side, r := range map[string]rig.PingPong{"server": srv, "client": cli} {
 		// Every iteration is a send and a receive of size bytes.
 		if r.Iters != iters || r.Bytes != int64(2*size*iters) {
@@ -69,8 +76,15 @@ func wantPingPong(t *testing.T, srv, cli rig.PingPong, size, iters int) {
 	t.Logf("ibv_rc_pingpong: %d x %d B round trips in %.2f s, %.0f usec/iter", cli.Iters, size, cli.Seconds, cli.UsecPerIter)
 }
 
-func wantWriteBW(t *testing.T, bw rig.WriteBW, size, iters int) {
+// writeBW runs iters ib_write_bw RDMA writes of size bytes between a
+// (the server) and b (the client), and checks that they all went
+// through.
+func writeBW(t *testing.T, a, b rig.Endpoint, size, iters int) {
 	t.Helper()
+	bw, err := rig.RunWriteBW(a, b, size, iters, trafficTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if bw.Bytes != size || bw.Iters != iters || bw.AverageMBps <= 0 {
 		t.Errorf("ib_write_bw: %d B x %d at %.2f MB/s; want %d B x %d at > 0 MB/s\n%s", bw.Bytes, bw.Iters, bw.AverageMBps, size, iters, bw.Output)
 	}
@@ -85,16 +99,8 @@ func TestTrafficBetweenPods(t *testing.T) {
 	pa := attachTrafficPod(t, "traffic-a", a, 80, nil)
 	pb := attachTrafficPod(t, "traffic-b", b, 81, nil)
 
-	srv, cli, err := rig.RunPingPong(pa.ep, pb.ep, 4096, 100, trafficTimeout)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wantPingPong(t, srv, cli, 4096, 100)
-	bw, err := rig.RunWriteBW(pa.ep, pb.ep, 65536, 200, trafficTimeout)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wantWriteBW(t, bw, 65536, 200)
+	pingPong(t, pa.ep, pb.ep, 4096, 100)
+	writeBW(t, pa.ep, pb.ep, 65536, 200)
 
 	pa.del(t)
 	pb.del(t)
@@ -113,16 +119,8 @@ func TestTrafficRenamedDevice(t *testing.T) {
 	wantRDMA(t, "roce_a", []string{pa.path()}, []string{""})
 	wantRDMA(t, "roce_b", []string{pb.path()}, []string{""})
 
-	srv, cli, err := rig.RunPingPong(pa.ep, pb.ep, 4096, 50, trafficTimeout)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wantPingPong(t, srv, cli, 4096, 50)
-	bw, err := rig.RunWriteBW(pb.ep, pa.ep, 65536, 100, trafficTimeout)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wantWriteBW(t, bw, 65536, 100)
+	pingPong(t, pa.ep, pb.ep, 4096, 50)
+	writeBW(t, pb.ep, pa.ep, 65536, 100)
 
 	pa.del(t)
 	pb.del(t)
@@ -262,11 +260,7 @@ func TestTrafficPodKilledThenDel(t *testing.T) {
 	// And the devices carry traffic again in new pods.
 	qa := attachTrafficPod(t, "traffic-kill-a2", a, 89, nil)
 	qb := attachTrafficPod(t, "traffic-kill-b2", b, 90, nil)
-	s, c, err := rig.RunPingPong(qa.ep, qb.ep, 4096, 20, trafficTimeout)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wantPingPong(t, s, c, 4096, 20)
+	pingPong(t, qa.ep, qb.ep, 4096, 20)
 	qa.del(t)
 	qb.del(t)
 }

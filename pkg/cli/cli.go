@@ -10,11 +10,13 @@ import (
 	"io"
 )
 
-// Parse parses args with fl, whose Usage the caller has set. ok false
-// means the command stops with code: 0 after --help, 2 on a usage error
-// (a bad flag, which the flag package reports, or an argument left over,
-// reported here with the usage).
-func Parse(fl *flag.FlagSet, args []string, stderr io.Writer) (code int, ok bool) {
+// Parse parses args with fl, which reports on stderr and answers --help,
+// a bad flag or an argument left over with usage and then its flags. ok
+// false means the command stops with code: 0 after --help, 2 on a usage
+// error (a bad flag, which the flag package reports, or an argument left
+// over, reported here with the usage).
+func Parse(fl *flag.FlagSet, usage string, args []string, stderr io.Writer) (code int, ok bool) {
+	SetUsage(fl, usage, stderr)
 	if err := fl.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0, false
@@ -27,4 +29,14 @@ func Parse(fl *flag.FlagSet, args []string, stderr io.Writer) (code int, ok bool
 		return 2, false
 	}
 	return 0, true
+}
+
+// SetUsage has fl report on stderr, and answer --help or a usage error with
+// usage and then its flags.
+func SetUsage(fl *flag.FlagSet, usage string, stderr io.Writer) {
+	fl.SetOutput(stderr)
+	fl.Usage = func() {
+		fmt.Fprint(stderr, usage)
+		fl.PrintDefaults()
+	}
 }

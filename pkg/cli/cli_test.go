@@ -22,10 +22,8 @@ func TestParse(t *testing.T) {
 	} {
 		var stderr bytes.Buffer
 		fl := flag.NewFlagSet("x cmd", flag.ContinueOnError)
-		fl.SetOutput(&stderr)
 		fl.Int("n", 0, "a number")
-		fl.Usage = func() { stderr.WriteString("Usage: x\n") }
-		code, ok := Parse(fl, tc.args, &stderr)
+		code, ok := Parse(fl, "Usage: x\n", tc.args, &stderr)
 		if code != tc.code || ok != tc.ok || !strings.Contains(stderr.String(), tc.inStderr) {
 			t.Errorf("Parse(%q) = %d, %v, stderr %q; want %d, %v, stderr with %q", tc.args, code, ok, stderr.String(), tc.code, tc.ok, tc.inStderr)
 		}

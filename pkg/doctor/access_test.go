@@ -122,7 +122,7 @@ func TestPodUserNamespaceAccess(t *testing.T) {
 	f.fp.proc("42", "ib_write_bw", "pod-a", "unlimited", capsDefault, 16<<30, "uverbs1", "rdma_cm")
 	f.fp.procCreds("42", "0", capsDefault, nodeMap, 0o600, 0)
 
-	r := Pod(f.env, podA, 0)
+	r := CheckPod(f.env, podA, 0)
 	fs := findingsOf(r, "char-access")
 	if len(fs) != 1 || fs[0].Severity != Fail || fs[0].Subject != "pid 41 (ib_write_bw)" || r.ExitCode != 1 {
 		t.Fatalf("char-access findings %+v (exit %d), want one FAIL for pid 41", fs, r.ExitCode)
@@ -149,7 +149,7 @@ func TestPodUserNamespaceAccess(t *testing.T) {
 	}
 
 	f.fp.procCreds("41", "131072", capsDefault, podMap, 0o666, 0)
-	r = Pod(f.env, podA, 0)
+	r = CheckPod(f.env, podA, 0)
 	if fs := findingsOf(r, "char-access"); len(fs) != 0 || r.ExitCode != 0 {
 		t.Errorf("nodes 0666: char-access findings %+v (exit %d), want none", fs, r.ExitCode)
 	}
@@ -162,7 +162,7 @@ func TestPodUnprivilegedAccess(t *testing.T) {
 	f := newNodeFixture(t)
 	f.fp.proc("41", "python", "pod-a", "unlimited", capsNone, 16<<30, "uverbs1", "rdma_cm")
 	f.fp.procCreds("41", "1000", capsNone, nodeMap, 0o600, 0)
-	r := Pod(f.env, filepath.Join(f.fp.root, "41", "ns", "net"), 41)
+	r := CheckPod(f.env, filepath.Join(f.fp.root, "41", "ns", "net"), 41)
 	fs := findingsOf(r, "char-access")
 	if len(fs) != 1 || fs[0].Severity != Fail || !strings.Contains(fs[0].Reason, "uid 1000 gid 1000 without CAP_DAC_OVERRIDE") || strings.Contains(fs[0].Reason, "user namespace") {
 		t.Fatalf("char-access findings %+v", fs)

@@ -10,17 +10,40 @@
 // Every finding is ok, warn or fail with a reason and a remedy. The exit
 // status is 1 when any finding fails, 0 otherwise (warnings alone do not
 // fail), 2 on a usage error.
+//
+// Its files stand in layers, each using only the ones below it:
+//
+//   - at the bottom, what is read from the node: RDMA devices from sysfs
+//     (sysfs.go), processes from /proc (proc.go, creds.go, ucxenv.go),
+//     addresses, ARP settings and routes in a netns (railnet.go), the
+//     kernel, the records and the reserved names (env.go), rdma-netns-nri
+//     and containerd's bundles (nriread.go), kubectl's NAD JSON
+//     (nadjson.go); beside it the findings and the words several checks
+//     share (finding.go, words.go, fixes.go), the quoting of names
+//     (quote.go) and the report writer (write.go), which knows findings
+//     and tables, not checks, and escapes every value it prints;
+//   - the checks, a file each, which turn those facts into findings and
+//     know no other check: mode.go, records.go, devices.go, needs.go,
+//     access.go, ucx.go, rails.go, nri.go, tenancy.go, nadnames.go;
+//   - the views, which run the checks of a node, a pod or the NADs and
+//     describe what they saw as tables: node.go, pod.go, nads.go;
+//   - Report and its entry points (report.go), and the commands with
+//     their flags (doctor.go).
+//
+// A new check is one file, and one line in the view that runs it.
 package doctor
 
 import (
+	"errors"
 	"flag"
 	"fmt"
+	"github.com/rdma-netns/rdma-netns/pkg/cli"
+	"golang.org/x/sys/unix"
 	"io"
 	"os"
 	"path/filepath"
 	"strconv"
 
-	"github.com/rdma-netns/rdma-netns/pkg/cli"
 	"github.com/rdma-netns/rdma-netns/pkg/state"
 )
 
@@ -33,10 +56,12 @@ whether it survives a reboot; every RDMA device with its driver, PCI
 function, ports, netdevs, GIDs, /dev/infiniband nodes and the network
 namespace it is in; records of rdma-netns that no longer match the kernel
 (drift, pods whose netns is gone) and devices outside the host that no
-record owns (leaks). Where rdma-netns-nri is (pre-installed in
-/opt/nri/plugins, or running): a FAIL in shared mode, where it gives
-nothing, and in exclusive mode the running containers of RDMA pods it did
-not adjust (created while it was not serving), from containerd's bundles.
+record owns (leaks); the RDMA device names reserved on the node, each for
+the network that gives its pods that name. Where rdma-netns-nri is
+(pre-installed in /opt/nri/plugins, or running): a FAIL in shared mode,
+where it gives nothing, and in exclusive mode the running containers of
+RDMA pods it did not adjust (created while it was not serving), from
+containerd's bundles.
 
 With --netns or --pid: pod checks. The RDMA devices in that network
 namespace with their ports, netdevs and GIDs; its rails (each port's
@@ -74,23 +99,18 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "nads" {
 		return nadsMain(args[1:], os.Stdin, stdout, stderr)
 	}
-	return run(args, stdout, stderr, nil)
+	return runOn(args, stdout, stderr, nil)
 }
 
-// run is Main with the node replaceable for tests (nil = the real one).
-func run(args []string, stdout, stderr io.Writer, env *Env) int {
+// runOn is Main with the node replaceable for tests (nil = the real one).
+func runOn(args []string, stdout, stderr io.Writer, env *Env) int {
 	fl := flag.NewFlagSet("rdma-netns doctor", flag.ContinueOnError)
-	fl.SetOutput(stderr)
 	asJSON := fl.Bool("json", false, "print the report as JSON")
 	netnsPath := fl.String("netns", "", "check the pod whose network namespace is at `PATH` (/run/netns/NAME, /proc/PID/ns/net)")
 	pid := fl.Int("pid", 0, "check the pod of process `PID`: its netns, and this process only")
 	stateDir := fl.String("state-dir", state.DefaultDir, "rdma-netns state directory (the plugin's stateDir)")
 	sysfs := fl.String("sysfs", "/sys", "sysfs `ROOT` of the host (for tests)")
-	fl.Usage = func() {
-		fmt.Fprint(stderr, usage)
-		fl.PrintDefaults()
-	}
-	if code, ok := cli.Parse(fl, args, stderr); !ok {
+	if code, ok := cli.Parse(fl, usage, args, stderr); !ok {
 		return code
 	}
 	if *netnsPath != "" && *pid != 0 {
@@ -112,13 +132,96 @@ func run(args []string, stdout, stderr io.Writer, env *Env) int {
 	var r *Report
 	switch {
 	case *pid != 0:
-		r = Pod(env, filepath.Join(env.Proc.Root, strconv.Itoa(*pid), "ns", "net"), *pid)
+		r = CheckPod(env, filepath.Join(env.Proc.Root, strconv.Itoa(*pid), "ns", "net"), *pid)
 	case *netnsPath != "":
-		r = Pod(env, *netnsPath, 0)
+		r = CheckPod(env, *netnsPath, 0)
 	default:
-		r = Node(env)
+		r = CheckNode(env)
 	}
 	return printReport(r, *asJSON, stdout, stderr)
+}
+
+const nadsUsage = `Usage: rdma-netns doctor nads [--json] [FILE]
+
+  kubectl get network-attachment-definitions -A -o json | rdma-netns doctor nads
+
+Checks NetworkAttachmentDefinitions as kubectl prints them with -o json (a
+List, or one NAD), read from FILE, or from stdin when FILE is "-" or not
+given. For each NAD whose chain has rdma-netns:
+  single-tenant  a plugin before rdma-netns declares the deviceID
+                 capability, so the pod picks its NIC: WARN when rdma-netns
+                 does not declare it too (it cannot see the pick); OK with
+                 what rdma-netns then honours when it does
+Across NADs:
+  name-squat           WARN: a NAD's podRdmaDevNamePrefix lets its pods
+                       take the rdmaDevName another NAD gives its pods
+  name-prefix-overlap  OK: prefixes of NADs in different namespaces of
+                       which one starts with the other
+  shared-dev-name      OK: NADs that set the same rdmaDevName (one pod per
+                       node across them)
+A NAD without rdma-netns is skipped; one whose spec.config does not parse
+is a WARN nad-config (a FAIL when rdma-netns itself refuses its entry), and
+the others are still checked. Input that is not kubectl's JSON is a FAIL.
+
+Exit status: 1 if anything FAILs, 0 otherwise (warnings alone exit 0), 2 on
+a usage error or a FILE that cannot be opened.
+
+Flags:
+`
+
+// nadsMain runs `doctor nads` with the arguments after "nads".
+func nadsMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fl := flag.NewFlagSet("rdma-netns doctor nads", flag.ContinueOnError)
+	asJSON := fl.Bool("json", false, "print the report as JSON")
+	file, code, ok := parseFileArg(fl, nadsUsage, args, stderr)
+	if !ok {
+		return code
+	}
+	in, closeIn, err := openInput(file, stdin)
+	if err != nil {
+		fmt.Fprintf(stderr, "rdma-netns doctor nads: %v\n", err)
+		return 2
+	}
+	defer closeIn()
+	return printReport(CheckNADs(in), *asJSON, stdout, stderr)
+}
+
+// parseFileArg parses flags before and after the one FILE argument
+// ("-" when there is none), as cli.Parse does.
+func parseFileArg(fl *flag.FlagSet, usage string, args []string, stderr io.Writer) (file string, code int, ok bool) {
+	cli.SetUsage(fl, usage, stderr)
+	if err := fl.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return "", 0, false
+		}
+		return "", 2, false
+	}
+	if fl.NArg() == 0 {
+		return "-", 0, true
+	}
+	file = fl.Arg(0)
+	if code, ok := cli.Parse(fl, usage, fl.Args()[1:], stderr); !ok {
+		return "", code, false
+	}
+	return file, 0, true
+}
+
+// openInput opens FILE, or gives stdin for "-". Stdin on a terminal is a
+// usage error rather than a wait for input nobody will type.
+func openInput(file string, stdin io.Reader) (io.Reader, func(), error) {
+	if file != "-" {
+		f, err := os.Open(file)
+		if err != nil {
+			return nil, nil, fmt.Errorf("cannot read the NADs: %v", err)
+		}
+		return f, func() { f.Close() }, nil
+	}
+	if f, ok := stdin.(*os.File); ok {
+		if _, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS); err == nil {
+			return nil, nil, errors.New("stdin is a terminal: pipe the NADs in (kubectl get network-attachment-definitions -A -o json | rdma-netns doctor nads) or name a FILE")
+		}
+	}
+	return stdin, func() {}, nil
 }
 
 // printReport prints the report and returns the exit status.

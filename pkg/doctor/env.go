@@ -2,10 +2,14 @@ package doctor
 
 import (
 	"errors"
-	"os"
-
 	"github.com/rdma-netns/rdma-netns/pkg/inventory"
 	"github.com/rdma-netns/rdma-netns/pkg/rdmans"
+	"github.com/rdma-netns/rdma-netns/pkg/state"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
 )
 
 // Kernel is what the doctor asks the running kernel over RDMA netlink.
@@ -81,4 +85,106 @@ func (e *Env) inventory() *inventory.Node {
 	return &inventory.Node{Kernel: e.Kernel, NetnsDirs: e.NetnsDirs, ProcRoot: e.Proc.Root, Self: e.Proc.Self, Identify: e.NetnsOf}
 }
 
-func isNoRDMA(err error) bool { return errors.Is(err, rdmans.ErrNoRDMA) }
+// persistentMode looks for the netns mode the next boot will use: an
+// ib_core option in modprobe.d or on the kernel command line.
+func persistentMode(etcRoot, procRoot string) (where, mode string) {
+	if cmdline, err := readSmall(filepath.Join(procRoot, "cmdline")); err == nil {
+		for _, f := range strings.Fields(cmdline) {
+			if v, ok := strings.CutPrefix(f, "ib_core.netns_mode="); ok {
+				where, mode = "kernel command line", boolMode(v)
+			}
+		}
+	}
+	if where != "" {
+		return where, mode
+	}
+	files, _ := filepath.Glob(filepath.Join(etcRoot, "modprobe.d", "*.conf"))
+	sort.Strings(files)
+	for _, file := range files {
+		data, err := readSmall(file)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(data, "\n") {
+			f := strings.Fields(line)
+			if len(f) < 3 || f[0] != "options" || f[1] != "ib_core" {
+				continue
+			}
+			for _, opt := range f[2:] {
+				if v, ok := strings.CutPrefix(opt, "netns_mode="); ok {
+					// Later files override earlier ones, as modprobe reads them.
+					where, mode = "/etc/modprobe.d/"+filepath.Base(file), boolMode(v)
+				}
+			}
+		}
+	}
+	return where, mode
+}
+
+// boolMode maps ib_core's netns_mode (a bool: shared when true) to a mode.
+func boolMode(v string) string {
+	switch strings.ToLower(v) {
+	case "0", "n", "no", "false", "off":
+		return rdmans.ModeExclusive
+	}
+	return rdmans.ModeShared
+}
+
+// records reads the state store without creating it: a node where
+// rdma-netns never ran has no directory, and the doctor changes nothing.
+// damaged lists unreadable record files, moved aside or not yet.
+func (e *Env) records() (recs []*state.Record, damaged []string, err error) {
+	st, err := state.Open(e.StateDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	recs, listErr := st.List()
+	damaged = state.CorruptPaths(listErr)
+	if len(damaged) == 0 && listErr != nil {
+		return recs, nil, listErr
+	}
+	aside, err := st.Damaged()
+	return recs, append(damaged, aside...), err
+}
+
+// Reservation is an RDMA device name reserved on the node for the network
+// whose configuration gives its pods that name (rdmaDevName): no pod
+// may give its device that name itself (podRdmaDevNamePrefix). The
+// plugin writes it at the network's first attachment on the node and
+// never removes it.
+type Reservation struct {
+	Name    string `json:"name"`
+	Network string `json:"network"`
+	// File holds it; deleting the file releases the name.
+	File string `json:"file"`
+}
+
+// reservations reads the node's name reservations, by name, without
+// creating the state directory.
+func (e *Env) reservations() ([]Reservation, error) {
+	out := []Reservation{}
+	st, err := state.Open(e.StateDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return out, nil
+	}
+	if err != nil {
+		return out, err
+	}
+	names, err := st.ReservedNames()
+	for name, network := range names {
+		out = append(out, Reservation{Name: name, Network: network, File: filepath.Join(st.Dir(), state.ReservedDir, name)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, err
+}
+
+func (e *Env) recordFile(k state.Key) string {
+	st, err := state.Open(e.StateDir)
+	if err != nil {
+		return e.StateDir
+	}
+	return st.Path(k)
+}

@@ -19,7 +19,7 @@ type nameUse struct {
 	prefix  string
 }
 
-func nameUses(nads []*nad) []nameUse {
+func nameUses(nads []*parsedNAD) []nameUse {
 	var uses []nameUse
 	for _, n := range nads {
 		for _, c := range n.confs {
@@ -98,15 +98,15 @@ func (x *prefixIndex) above(p string) []string {
 	return out
 }
 
-// after is how many of the places at (ascending) come after place i.
-func after(at []int, i int) int {
+// placesAfter is how many of the places at (ascending) come after place i.
+func placesAfter(at []int, i int) int {
 	return len(at) - sort.SearchInts(at, i+1)
 }
 
 // nameSquats finds a prefix under which pods may take the rdmaDevName of
 // another NAD: first come on each node until the plugin has reserved the
 // name there for the network that used it. One finding per prefix.
-func (r *Report) nameSquats(uses []nameUse, x *prefixIndex) {
+func (fs *Findings) nameSquats(uses []nameUse, x *prefixIndex) {
 	type named struct {
 		name string
 		ref  nadRef
@@ -152,14 +152,14 @@ func (r *Report) nameSquats(uses []nameUse, x *prefixIndex) {
 			}
 		}
 		if len(holders) == 1 && total == 1 {
-			r.squat(holders[0], p, taken[0].name, taken[0].ref)
+			fs.squat(holders[0], p, taken[0].name, taken[0].ref)
 			continue
 		}
 		var listed []string
 		for _, n := range taken {
 			listed = append(listed, fmt.Sprintf("%s (%s)", n.name, n.ref))
 		}
-		r.add(Warn, "name-squat", holders[0].String(), fmt.Sprintf(
+		fs.add(Warn, "name-squat", holders[0].String(), fmt.Sprintf(
 			"pods of %s (podRdmaDevNamePrefix %s) may name their device with %s rdmaDevName(s) other NADs give their pods: %s; on a node where no pod of such a NAD has run yet, a pod with the prefix can take its name first and that NAD's pods then fail there",
 			refList(holders), p, thousands(total), someOf(listed, total)),
 			fmt.Sprintf("keep podRdmaDevNamePrefix disjoint from every rdmaDevName: change the podRdmaDevNamePrefix %s, or the rdmaDevName of each NAD listed", p))
@@ -167,8 +167,8 @@ func (r *Report) nameSquats(uses []nameUse, x *prefixIndex) {
 }
 
 // squat reports one NAD whose prefix covers one other NAD's name.
-func (r *Report) squat(x nadRef, p, name string, y nadRef) {
-	r.add(Warn, "name-squat", x.String(), fmt.Sprintf(
+func (fs *Findings) squat(x nadRef, p, name string, y nadRef) {
+	fs.add(Warn, "name-squat", x.String(), fmt.Sprintf(
 		"pods of %s may name their device %s (podRdmaDevNamePrefix %s), the name %s gives its pods (rdmaDevName); on a node where no pod of %s has run yet, a pod of %s can take it first and %s's pods then fail there",
 		x, name, p, y, y, x, y),
 		fmt.Sprintf("keep podRdmaDevNamePrefix disjoint from every rdmaDevName: change %s's podRdmaDevNamePrefix or %s's rdmaDevName", x, y))
@@ -198,18 +198,18 @@ const overlapRemedy = "give the namespaces prefixes neither of which starts with
 // that NADs of several namespaces share, and one per NAD for the NADs
 // after it, in other namespaces, whose prefix starts with its own or that
 // its own starts with.
-func (r *Report) prefixOverlaps(x *prefixIndex) {
+func (fs *Findings) prefixOverlaps(x *prefixIndex) {
 	for _, u := range x.uses {
 		if at := x.holders[u.prefix]; at[0] == u.at {
-			r.samePrefix(x, u.prefix, at)
+			fs.samePrefix(x, u.prefix, at)
 		}
-		r.nestedPrefixes(x, u)
+		fs.nestedPrefixes(x, u)
 	}
 }
 
 // samePrefix reports the NADs at places at, all with prefix p, when they
 // are of more than one namespace.
-func (r *Report) samePrefix(x *prefixIndex, p string, at []int) {
+func (fs *Findings) samePrefix(x *prefixIndex, p string, at []int) {
 	refs := x.refs(at)
 	namespaces := map[string]bool{}
 	for _, ref := range refs {
@@ -219,10 +219,10 @@ func (r *Report) samePrefix(x *prefixIndex, p string, at []int) {
 		return
 	}
 	if len(refs) == 2 {
-		r.overlap(refs[0], p, refs[1], p)
+		fs.overlapPair(refs[0], p, refs[1], p)
 		return
 	}
-	r.add(OK, "name-prefix-overlap", refs[0].String(), fmt.Sprintf(
+	fs.add(OK, "name-prefix-overlap", refs[0].String(), fmt.Sprintf(
 		"pods of %s NADs in %s namespaces, %s, all with podRdmaDevNamePrefix %s, may ask for the same device names: on a node the first pod to take a name has it, and the others' ADD fails",
 		thousands(len(refs)), thousands(len(namespaces)), refList(refs), p), overlapRemedy)
 }
@@ -230,13 +230,13 @@ func (r *Report) samePrefix(x *prefixIndex, p string, at []int) {
 // nestedPrefixes reports the uses after u, in other namespaces, whose
 // prefix starts with u's and is longer, or is shorter and u's starts with
 // it.
-func (r *Report) nestedPrefixes(x *prefixIndex, u prefixUse) {
+func (fs *Findings) nestedPrefixes(x *prefixIndex, u prefixUse) {
 	ns := u.ref.Namespace
 	lists := [][]int{x.below[u.prefix]}
-	total := after(x.below[u.prefix], u.at) - after(x.belowNS[prefixNS{u.prefix, ns}], u.at)
+	total := placesAfter(x.below[u.prefix], u.at) - placesAfter(x.belowNS[prefixNS{u.prefix, ns}], u.at)
 	for _, a := range x.above(u.prefix) {
 		lists = append(lists, x.holders[a])
-		total += after(x.holders[a], u.at) - after(x.holdersNS[prefixNS{a, ns}], u.at)
+		total += placesAfter(x.holders[a], u.at) - placesAfter(x.holdersNS[prefixNS{a, ns}], u.at)
 	}
 	if total == 0 {
 		return
@@ -259,28 +259,28 @@ func (r *Report) nestedPrefixes(x *prefixIndex, u prefixUse) {
 	first = first[:min(len(first), 3)]
 	if total == 1 {
 		y := x.uses[first[0]]
-		r.overlap(u.ref, u.prefix, y.ref, y.prefix)
+		fs.overlapPair(u.ref, u.prefix, y.ref, y.prefix)
 		return
 	}
 	var listed []string
 	for _, i := range first {
 		listed = append(listed, fmt.Sprintf("%s (podRdmaDevNamePrefix %s)", x.uses[i].ref, x.uses[i].prefix))
 	}
-	r.add(OK, "name-prefix-overlap", u.ref.String(), fmt.Sprintf(
+	fs.add(OK, "name-prefix-overlap", u.ref.String(), fmt.Sprintf(
 		"pods of %s (podRdmaDevNamePrefix %s) and of %s NADs in other namespaces whose prefix starts with it or that it starts with, %s, may ask for the same device names: on a node the first pod to take a name has it, and the other's ADD fails",
 		u.ref, u.prefix, thousands(total), someOf(listed, total)), overlapRemedy)
 }
 
-// overlap reports two NADs of different namespaces whose prefixes overlap.
-func (r *Report) overlap(x nadRef, px string, y nadRef, py string) {
-	r.add(OK, "name-prefix-overlap", x.String(), fmt.Sprintf(
+// overlapPair reports two NADs of different namespaces whose prefixes overlap.
+func (fs *Findings) overlapPair(x nadRef, px string, y nadRef, py string) {
+	fs.add(OK, "name-prefix-overlap", x.String(), fmt.Sprintf(
 		"pods of %s (podRdmaDevNamePrefix %s) and of %s (podRdmaDevNamePrefix %s), in another namespace, may ask for the same device names: on a node the first pod to take a name has it, and the other's ADD fails",
 		x, px, y, py), overlapRemedy)
 }
 
 // sharedDevNames finds an rdmaDevName set by several NADs: device names
 // are node-wide, so one pod per node across them can have it.
-func (r *Report) sharedDevNames(uses []nameUse) {
+func (fs *Findings) sharedDevNames(uses []nameUse) {
 	byName := map[string][]nadRef{}
 	seen := map[nameUse]bool{}
 	var names []string
@@ -297,7 +297,7 @@ func (r *Report) sharedDevNames(uses []nameUse) {
 	}
 	for _, name := range names {
 		if refs := byName[name]; len(refs) > 1 {
-			r.add(OK, "shared-dev-name", name, fmt.Sprintf(
+			fs.add(OK, "shared-dev-name", name, fmt.Sprintf(
 				"%s all set rdmaDevName %s: RDMA device names are unique on a node, so one pod per node across these NADs can hold it",
 				refList(refs), name),
 				"give each NAD its own rdmaDevName where their pods must share nodes")

@@ -64,7 +64,7 @@ func TestNADsNamesGrouped(t *testing.T) {
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := NADs(strings.NewReader(prefixNADs(t, 5, tt.set)))
+			r := CheckNADs(strings.NewReader(prefixNADs(t, 5, tt.set)))
 			checkFindings(t, r, tt.want)
 		})
 	}
@@ -95,7 +95,7 @@ func TestNADsNamesScale(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			in := prefixNADs(t, n, c.set)
 			start := time.Now()
-			r := NADs(strings.NewReader(in))
+			r := CheckNADs(strings.NewReader(in))
 			var text bytes.Buffer
 			if err := r.WriteText(&text); err != nil {
 				t.Fatal(err)

@@ -1,30 +1,100 @@
 package doctor
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"strings"
-
-	"github.com/rdma-netns/rdma-netns/pkg/config"
 )
 
-// `rdma-netns doctor nads` reads NetworkAttachmentDefinitions as kubectl
-// prints them (-o json) and checks the rdma-netns entries of their chains
-// against each other: who picks the NIC, and which device names pods may
-// take from other networks' pods. It reads JSON with encoding/json only:
-// the doctor is linked into the CNI binary, which links no Kubernetes or
-// YAML library.
+const nadsInputRemedy = "pipe what kubectl prints: kubectl get network-attachment-definitions -A -o json | rdma-netns doctor nads"
 
-// maxNADInput bounds what the check reads: a cluster's NADs are a few
-// hundred KiB even with thousands of them.
-const maxNADInput = 64 << 20
+// nadChecks checks the NetworkAttachmentDefinitions read from in
+// (kubectl's JSON), adding the findings to fs: per NAD, who picks the NIC
+// and whether rdma-netns sees the pick; across NADs, the RDMA device names
+// their pods may take from each other. A NAD without rdma-netns is
+// skipped; one that does not parse is reported and skipped, and the others
+// are still checked. Input that is not kubectl's JSON gives no view.
+func nadChecks(in io.Reader, fs *Findings) *NADsView {
+	raws, err := readNADObjects(in)
+	if err != nil {
+		fs.add(Fail, "nads-input", "input", err.Error(), nadsInputRemedy)
+		return nil
+	}
+	nads, read := fs.parseNADs(raws)
+	v := &NADsView{Read: read, WithRdmaNetns: []NADView{}}
+	for _, n := range nads {
+		v.WithRdmaNetns = append(v.WithRdmaNetns, n.view())
+		for i, pos := range n.rdma {
+			fs.tenancy(n, pos, n.confs[i])
+		}
+	}
+	uses := nameUses(nads)
+	prefixes := newPrefixIndex(uses)
+	fs.nameSquats(uses, prefixes)
+	fs.prefixOverlaps(prefixes)
+	fs.sharedDevNames(uses)
+	return v
+}
 
-// resourceNameAnnotation is the NAD annotation that makes Multus ask the
-// kubelet which device a device plugin allocated to the pod.
-const resourceNameAnnotation = "k8s.v1.cni.cncf.io/resourceName"
+// parseNADs keeps the NADs that chain rdma-netns, reporting those that do
+// not parse; read counts the NADs among the items.
+func (fs *Findings) parseNADs(raws []json.RawMessage) (nads []*parsedNAD, read int) {
+	for i, raw := range raws {
+		n, ok, err := parseNAD(raw)
+		if !ok {
+			continue
+		}
+		read++
+		if err != nil {
+			fs.nadError(i, n, err)
+			continue
+		}
+		if len(n.rdma) > 0 {
+			nads = append(nads, n)
+		}
+	}
+	return nads, read
+}
+
+// nadError reports a NAD that could not be checked.
+func (fs *Findings) nadError(i int, n *parsedNAD, err error) {
+	subj := fmt.Sprintf("item %d", i)
+	edit := "correct the NAD's spec.config"
+	if n != nil && n.ref.Name != "" {
+		subj = n.ref.String()
+		edit = "correct spec.config"
+		if kubeName(n.ref.Namespace) && kubeName(n.ref.Name) {
+			edit += fmt.Sprintf(" (kubectl edit network-attachment-definitions -n %s %s)", n.ref.Namespace, n.ref.Name)
+		}
+	}
+	var rc *rdmaConfError
+	if errors.As(err, &rc) {
+		fs.add(Fail, "nad-config", subj, "rdma-netns refuses this network's configuration, so every pod that attaches it fails ADD: "+err.Error(),
+			edit+" (the keys: docs/configuration.md)")
+		return
+	}
+	fs.add(Warn, "nad-config", subj, "cannot check this NAD: "+err.Error()+"; Multus fails every pod that attaches it", edit)
+}
+
+// kubeName says whether s is a name the API server gives an object (a DNS
+// subdomain: lowercase letters, digits, '-' and '.'): such a name is one
+// word to a shell as it is, and a NAD named otherwise did not come from a
+// cluster, so no kubectl command is printed for it.
+func kubeName(s string) bool {
+	if s == "" || len(s) > 253 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		alnum := c >= 'a' && c <= 'z' || c >= '0' && c <= '9'
+		if !alnum && (c != '-' && c != '.' || i == 0 || i == len(s)-1) {
+			return false
+		}
+	}
+	return true
+}
 
 // NADsView is what `doctor nads` read.
 type NADsView struct {
@@ -34,211 +104,26 @@ type NADsView struct {
 	WithRdmaNetns []NADView `json:"withRdmaNetns"`
 }
 
-// NADView is one NetworkAttachmentDefinition whose chain has rdma-netns.
-type NADView struct {
-	Namespace string `json:"namespace,omitempty"`
-	Name      string `json:"name"`
-	// Chain is the plugin types in order, as the NAD's spec.config lists them.
-	Chain []ChainPlugin `json:"chain"`
-	// ResourceName is the NAD's device plugin resource, if annotated.
-	ResourceName string `json:"resourceName,omitempty"`
-	// RdmaNetns are the settings of its rdma-netns entry (the first, where
-	// a chain has more than one).
-	RdmaDevName          string   `json:"rdmaDevName,omitempty"`
-	PodRdmaDevNamePrefix string   `json:"podRdmaDevNamePrefix,omitempty"`
-	AllowedPodDevices    []string `json:"allowedPodDevices,omitempty"`
+// sections are the NADs view in the text report.
+func (v *NADsView) sections() []section {
+	s := section{heading: fmt.Sprintf("NetworkAttachmentDefinitions: %d read, %d with rdma-netns", v.Read, len(v.WithRdmaNetns)),
+		header: []string{"NAD", "CHAIN", "RESOURCE", "RDMADEVNAME", "POD NAME PREFIX", "ALLOWED POD DEVICES"}}
+	for _, n := range v.WithRdmaNetns {
+		s.rows = append(s.rows, []string{nadRef{n.Namespace, n.Name}.String(), chainString(n.Chain), dash(n.ResourceName),
+			dash(n.RdmaDevName), dash(n.PodRdmaDevNamePrefix), dash(strings.Join(n.AllowedPodDevices, ","))})
+	}
+	return []section{s}
 }
 
-// ChainPlugin is one plugin of a NAD's chain.
-type ChainPlugin struct {
-	Type string `json:"type"`
-	// DeviceID is true where the plugin declares the deviceID capability:
-	// Multus then passes it the pod's network-selection deviceID (or the
-	// device plugin's allocation).
-	DeviceID bool `json:"deviceIDCapability,omitempty"`
-}
-
-// nadRef names a NAD the way kubectl does: namespace/name.
-type nadRef struct{ Namespace, Name string }
-
-func (n nadRef) String() string {
-	if n.Namespace == "" {
-		return n.Name
-	}
-	return n.Namespace + "/" + n.Name
-}
-
-// nad is one NAD read from the input, its chain parsed.
-type nad struct {
-	ref          nadRef
-	resourceName string
-	chain        []ChainPlugin
-	// rdma are the indexes in chain of rdma-netns entries, and confs
-	// their configurations as the plugin reads them.
-	rdma  []int
-	confs []*config.NetConf
-}
-
-// nadObject is what the check reads of a NAD (or of a List holding NADs).
-type nadObject struct {
-	Kind     string `json:"kind"`
-	Metadata struct {
-		Namespace   string            `json:"namespace"`
-		Name        string            `json:"name"`
-		Annotations map[string]string `json:"annotations"`
-	} `json:"metadata"`
-	Spec *struct {
-		Config json.RawMessage `json:"config"`
-	} `json:"spec"`
-	Items *[]json.RawMessage `json:"items"`
-}
-
-// readNADObjects decodes kubectl's output: a List with items, or one NAD.
-func readNADObjects(in io.Reader) ([]json.RawMessage, error) {
-	data, err := io.ReadAll(io.LimitReader(in, maxNADInput+1))
-	if err != nil {
-		return nil, fmt.Errorf("cannot read the input: %v", err)
-	}
-	if len(data) > maxNADInput {
-		return nil, fmt.Errorf("the input is more than %d bytes", maxNADInput)
-	}
-	data = bytes.TrimSpace(data)
-	if len(data) == 0 {
-		return nil, errors.New("the input is empty (did kubectl fail?)")
-	}
-	if data[0] != '{' {
-		return nil, errors.New("the input is not a JSON object (YAML or a table?): pass kubectl -o json")
-	}
-	var top nadObject
-	if err := json.Unmarshal(data, &top); err != nil {
-		return nil, fmt.Errorf("the input is not valid JSON: %v", err)
-	}
-	switch {
-	case top.Items != nil:
-		return *top.Items, nil
-	case top.Kind == "NetworkAttachmentDefinition" || top.Spec != nil:
-		return []json.RawMessage{data}, nil
-	}
-	return nil, fmt.Errorf("the input is neither a List of NetworkAttachmentDefinitions nor one (kind %q, no items, no spec)", top.Kind)
-}
-
-// parseNAD reads one item. ok false means the item is not a NAD (another
-// kind in a mixed List) and is skipped.
-func parseNAD(raw json.RawMessage) (n *nad, ok bool, err error) {
-	var obj nadObject
-	if err := json.Unmarshal(raw, &obj); err != nil {
-		return nil, true, fmt.Errorf("is not a Kubernetes object: %v", err)
-	}
-	if obj.Kind != "" && obj.Kind != "NetworkAttachmentDefinition" {
-		return nil, false, nil
-	}
-	n = &nad{
-		ref:          nadRef{obj.Metadata.Namespace, obj.Metadata.Name},
-		resourceName: obj.Metadata.Annotations[resourceNameAnnotation],
-	}
-	if obj.Spec == nil || len(obj.Spec.Config) == 0 || string(obj.Spec.Config) == "null" {
-		return n, true, nil
-	}
-	var conf string
-	if err := json.Unmarshal(obj.Spec.Config, &conf); err != nil {
-		return n, true, errors.New("spec.config is not a string (it holds the CNI configuration as JSON text)")
-	}
-	if strings.TrimSpace(conf) == "" {
-		return n, true, nil
-	}
-	return n, true, n.parseChain([]byte(conf))
-}
-
-// netConf is the part of a CNI configuration, single or list, that tells
-// which it is. As Multus does, a configuration without a type is a list.
-type netConf struct {
-	CNIVersion string            `json:"cniVersion"`
-	Name       string            `json:"name"`
-	Type       string            `json:"type"`
-	Plugins    []json.RawMessage `json:"plugins"`
-}
-
-// parseChain fills the NAD's chain from its spec.config.
-func (n *nad) parseChain(conf []byte) error {
-	var nc netConf
-	if err := json.Unmarshal(conf, &nc); err != nil {
-		return fmt.Errorf("spec.config is not valid JSON: %v", err)
-	}
-	entries := []json.RawMessage{conf}
-	if nc.Type == "" {
-		if len(nc.Plugins) == 0 {
-			return errors.New(`spec.config has neither "type" nor "plugins"`)
+// chainString shows a chain as "host-device[deviceID] > rdma-netns".
+func chainString(chain []ChainPlugin) string {
+	parts := make([]string, 0, len(chain))
+	for _, p := range chain {
+		s := dash(p.Type)
+		if p.DeviceID {
+			s += "[deviceID]"
 		}
-		entries = nc.Plugins
+		parts = append(parts, s)
 	}
-	for i, raw := range entries {
-		if err := n.addPlugin(i, raw, nc); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// addPlugin appends one entry of the chain; an rdma-netns entry is read
-// as the plugin reads it, with the list's cniVersion and name, which the
-// runtime puts into every entry.
-func (n *nad) addPlugin(i int, raw json.RawMessage, list netConf) error {
-	var p struct {
-		Type         string          `json:"type"`
-		Capabilities map[string]bool `json:"capabilities"`
-	}
-	if err := json.Unmarshal(raw, &p); err != nil {
-		return fmt.Errorf("plugin %d of spec.config is not a JSON object: %v", i, err)
-	}
-	n.chain = append(n.chain, ChainPlugin{Type: p.Type, DeviceID: p.Capabilities["deviceID"]})
-	if p.Type != "rdma-netns" {
-		return nil
-	}
-	if list.Type == "" {
-		var err error
-		if raw, err = withListKeys(raw, list); err != nil {
-			return fmt.Errorf("plugin %d (rdma-netns) of spec.config: %v", i, err)
-		}
-	}
-	c, err := config.ParseSettings(raw, "")
-	if err != nil {
-		return &rdmaConfError{err}
-	}
-	n.rdma = append(n.rdma, len(n.chain)-1)
-	n.confs = append(n.confs, c)
-	return nil
-}
-
-// rdmaConfError is an rdma-netns entry the plugin itself refuses: every
-// ADD on that network fails.
-type rdmaConfError struct{ err error }
-
-func (e *rdmaConfError) Error() string { return e.err.Error() }
-
-// withListKeys sets cniVersion and name of the list in one of its entries.
-func withListKeys(raw json.RawMessage, list netConf) (json.RawMessage, error) {
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &m); err != nil {
-		return nil, err
-	}
-	for k, v := range map[string]string{"cniVersion": list.CNIVersion, "name": list.Name} {
-		if v == "" {
-			continue
-		}
-		b, err := json.Marshal(v)
-		if err != nil {
-			return nil, err
-		}
-		m[k] = b
-	}
-	return json.Marshal(m)
-}
-
-// view is the NAD as the report shows it.
-func (n *nad) view() NADView {
-	c := n.confs[0]
-	return NADView{
-		Namespace: n.ref.Namespace, Name: n.ref.Name, Chain: n.chain, ResourceName: n.resourceName,
-		RdmaDevName: c.RdmaDevName, PodRdmaDevNamePrefix: c.PodRdmaDevNamePrefix, AllowedPodDevices: c.AllowedPodDevices,
-	}
+	return strings.Join(parts, " > ")
 }

@@ -219,7 +219,7 @@ func TestNADsTenancy(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			items := tt.items()
-			r := NADs(strings.NewReader(listJSON(t, items...)))
+			r := CheckNADs(strings.NewReader(listJSON(t, items...)))
 			checkFindings(t, r, tt.want)
 			if r.ExitCode != tt.exit {
 				t.Errorf("exit status %d, want %d", r.ExitCode, tt.exit)
@@ -291,7 +291,7 @@ func TestNADsNames(t *testing.T) {
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := NADs(strings.NewReader(listJSON(t, tt.items()...)))
+			r := CheckNADs(strings.NewReader(listJSON(t, tt.items()...)))
 			checkFindings(t, r, tt.want)
 			if r.ExitCode != 0 {
 				t.Errorf("exit status %d, want 0", r.ExitCode)
@@ -315,7 +315,7 @@ func TestNADsBadConfigs(t *testing.T) {
 		{"kind": "NetworkAttachmentDefinition", "metadata": map[string]any{"namespace": "b", "name": "from-file"}, "spec": map[string]any{}},
 		{"kind": "ConfigMap", "metadata": map[string]any{"name": "other-kind"}},
 	}
-	r := NADs(strings.NewReader(listJSON(t, items...)))
+	r := CheckNADs(strings.NewReader(listJSON(t, items...)))
 	checkFindings(t, r, []wantFinding{
 		{Warn, "nad-config", "b/truncated", []string{"spec.config is not valid JSON", "Multus fails every pod", "kubectl edit network-attachment-definitions -n b truncated"}},
 		{Warn, "nad-config", "b/no-chain", []string{`neither "type" nor "plugins"`}},
@@ -337,7 +337,7 @@ func TestNADsInput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := NADs(bytes.NewReader(one))
+	r := CheckNADs(bytes.NewReader(one))
 	checkFindings(t, r, nil)
 	if r.NADs == nil || len(r.NADs.WithRdmaNetns) != 1 || r.NADs.WithRdmaNetns[0].RdmaDevName != "rdma_net1" {
 		t.Errorf("one NAD object: view %+v", r.NADs)
@@ -349,7 +349,7 @@ func TestNADsInput(t *testing.T) {
 		{`{"items": [`, "not valid JSON"},
 		{`{"kind": "Pod", "metadata": {"name": "p"}}`, `neither a List of NetworkAttachmentDefinitions nor one (kind "Pod"`},
 	} {
-		r := NADs(strings.NewReader(tc.in))
+		r := CheckNADs(strings.NewReader(tc.in))
 		checkFindings(t, r, []wantFinding{{Fail, "nads-input", "input", []string{tc.reason, "kubectl get network-attachment-definitions -A -o json | rdma-netns doctor nads"}}})
 		if r.ExitCode != 1 {
 			t.Errorf("%q: exit status %d, want 1", tc.in, r.ExitCode)

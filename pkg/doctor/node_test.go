@@ -1,10 +1,14 @@
 package doctor
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -201,7 +205,7 @@ func findingsOf(r *Report, check string) []Finding {
 func TestNodeLocationsLeakAndRecords(t *testing.T) {
 	f := newNodeFixture(t)
 	podA, podB := filepath.Join(f.netnsDir, "pod-a"), filepath.Join(f.netnsDir, "pod-b")
-	r := Node(f.env)
+	r := CheckNode(f.env)
 	if r.ExitCode != 0 {
 		t.Fatalf("exit %d: %+v", r.ExitCode, r.Findings)
 	}
@@ -255,7 +259,7 @@ func TestNodeDriftAndStale(t *testing.T) {
 	// recorded in pod-b but sits in the host.
 	f.put(t, "cid-gone", filepath.Join(f.netnsDir, "deleted"), "mlx5_2", state.StateAttached)
 	f.put(t, "cid-b", podB, "mlx5_0", state.StateAttached)
-	r := Node(f.env)
+	r := CheckNode(f.env)
 	if r.ExitCode != 1 {
 		t.Fatalf("drift must fail: exit %d", r.ExitCode)
 	}
@@ -378,7 +382,7 @@ func TestNodeModes(t *testing.T) {
 			if tt.persisted != "" {
 				write(t, filepath.Join(f.env.EtcRoot, "modprobe.d", "ib_core.conf"), "options ib_core netns_mode="+tt.persisted+"\n")
 			}
-			r := Node(f.env)
+			r := CheckNode(f.env)
 			if r.ExitCode != tt.exit {
 				t.Errorf("exit %d, want %d: %+v", r.ExitCode, tt.exit, r.Findings)
 			}
@@ -413,9 +417,59 @@ func TestNodeLostHostName(t *testing.T) {
 	if err := f.store.NoteLostName("gone0", "a device renamed since"); err != nil {
 		t.Fatal(err)
 	}
-	r := Node(f.env)
+	r := CheckNode(f.env)
 	lost := findingsOf(r, "lost-host-name")
 	if len(lost) != 1 || lost[0].Subject != "mlx5_0" || lost[0].Severity != Warn || !strings.Contains(lost[0].Remedy, "renamed/mlx5_0") {
 		t.Fatalf("lost-host-name findings %+v", lost)
+	}
+}
+
+// The names the plugin reserved on the node are listed, by name, each with
+// the network holding it and the file whose deletion releases it, in the
+// text (escaped: a network's name is a NAD author's) and in the JSON.
+func TestNodeReservations(t *testing.T) {
+	f := newNodeFixture(t)
+	for name, network := range map[string]string{"rdma_train": "train-net", "rdma_infer": "infer\x1b[2Jnet"} {
+		if err := f.store.ReserveName(name, network); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := filepath.Join(f.env.StateDir, state.ReservedDir)
+	var text, js, stderr bytes.Buffer
+	runOn(nil, &text, &stderr, f.env)
+	out := text.String()
+	table := regexp.MustCompile(`(?m)^RDMA device names reserved\n  NAME +NETWORK +FILE\n  rdma_infer +infer\\x1b\[2Jnet +(\S+)\n  rdma_train +train-net +(\S+)\n`).FindStringSubmatch(out)
+	if table == nil || table[1] != filepath.Join(dir, "rdma_infer") || table[2] != filepath.Join(dir, "rdma_train") {
+		t.Fatalf("no table of the reserved names, in order, with their files:\n%s", out)
+	}
+	if strings.Contains(out, "\x1b") {
+		t.Errorf("a network's name reaches the terminal unescaped:\n%q", out)
+	}
+
+	runOn([]string{"--json"}, &js, &stderr, f.env)
+	var got struct {
+		Node struct {
+			Reservations []struct{ Name, Network, File string } `json:"reservations"`
+		} `json:"node"`
+	}
+	if err := json.Unmarshal(js.Bytes(), &got); err != nil {
+		t.Fatal(err)
+	}
+	want := []struct{ Name, Network, File string }{
+		{"rdma_infer", "infer\x1b[2Jnet", filepath.Join(dir, "rdma_infer")},
+		{"rdma_train", "train-net", filepath.Join(dir, "rdma_train")},
+	}
+	if !reflect.DeepEqual(got.Node.Reservations, want) {
+		t.Errorf("JSON reservations %+v, want %+v", got.Node.Reservations, want)
+	}
+}
+
+// A node where no network reserved a name says so.
+func TestNodeNoReservations(t *testing.T) {
+	f := newNodeFixture(t)
+	var text, stderr bytes.Buffer
+	runOn(nil, &text, &stderr, f.env)
+	if !strings.Contains(text.String(), "RDMA device names reserved\n  none\n") {
+		t.Errorf("no empty list of reserved names:\n%s", text.String())
 	}
 }

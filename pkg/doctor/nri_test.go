@@ -59,7 +59,7 @@ func TestNRIMissedContainers(t *testing.T) {
 	f.kernel.in[hostNetns] = f.kernel.in[""]
 	bundle(t, f.env.TaskDir, "eeeeeeeeeeeeeeee", hostNetns, "1", nil, criAnn("rdma-netns-ds", "exporter", nil))
 
-	r := Node(f.env)
+	r := CheckNode(f.env)
 	missed := findingsOf(r, "nri-missed")
 	if len(missed) != 1 || missed[0].Subject != "team-a/pod-a/bare" || missed[0].Severity != Warn ||
 		!strings.Contains(missed[0].Reason, "runs without /dev/infiniband/uverbs1 /dev/infiniband/rdma_cm") {
@@ -74,7 +74,7 @@ func TestNRIMissedContainers(t *testing.T) {
 	}
 
 	f.kernel.mode = rdmans.ModeShared
-	r = Node(f.env)
+	r = CheckNode(f.env)
 	fails := findingsOf(r, "nri-plugin")
 	if len(fails) != 1 || fails[0].Severity != Fail || !strings.Contains(fails[0].Reason, "shared mode") || r.ExitCode != 1 {
 		t.Fatalf("shared mode with the plugin: %+v", fails)
@@ -83,7 +83,7 @@ func TestNRIMissedContainers(t *testing.T) {
 	// Without the plugin on the node, nothing is said about it.
 	os.Remove(filepath.Join(f.env.NRIPluginDir, "10-rdma-netns-nri"))
 	f.kernel.mode = rdmans.ModeExclusive
-	if r := Node(f.env); len(findingsOf(r, "nri-plugin"))+len(findingsOf(r, "nri-missed")) != 0 {
+	if r := CheckNode(f.env); len(findingsOf(r, "nri-plugin"))+len(findingsOf(r, "nri-missed")) != 0 {
 		t.Fatalf("findings without the plugin: %+v", r.Findings)
 	}
 }
@@ -102,7 +102,7 @@ func TestNRIPidWarnings(t *testing.T) {
 	podA := filepath.Join(f.netnsDir, "pod-a")
 	bundle(t, f.env.TaskDir, "aaaaaaaaaaaaaaaa", podA, "41", nil, criAnn("pod-a", "worker", map[string]string{
 		NRIAdjustedBy: "10-rdma-netns-nri, pid 7", NRIWarnings: `annotation rdma-netns.io/shm-size ignored: "1GB" is not a quantity`}))
-	r := Pod(f.env, podA, 40)
+	r := CheckPod(f.env, podA, 40)
 	w := findingsOf(r, "nri-warnings")
 	if len(w) != 1 || !strings.Contains(w[0].Reason, `"1GB" is not a quantity`) {
 		t.Fatalf("nri-warnings %+v", w)

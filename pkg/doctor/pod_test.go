@@ -17,7 +17,7 @@ func TestPodChecks(t *testing.T) {
 	f.fp.proc("41", "python", "pod-a", "8388608", "00000000a80425fb", 64<<20, "uverbs1", "rdma_cm")
 	f.fp.proc("42", "torchrun", "pod-a", "unlimited", "00000000a80465fb", 16<<30, "rdma_cm")
 
-	r := Pod(f.env, podA, 0)
+	r := CheckPod(f.env, podA, 0)
 	// Both workloads certainly fail: one cannot register memory, the
 	// other cannot open its device.
 	if r.ExitCode != 1 {
@@ -56,7 +56,7 @@ func TestPodChecks(t *testing.T) {
 	}
 
 	// --pid: that process only.
-	r = Pod(f.env, filepath.Join(f.fp.root, "41", "ns", "net"), 41)
+	r = CheckPod(f.env, filepath.Join(f.fp.root, "41", "ns", "net"), 41)
 	if len(r.Pod.Processes) != 1 || r.Pod.Processes[0].PID != 41 || len(r.Pod.Devices) != 1 || r.Pod.Devices[0].Name != "mlx5_1" {
 		t.Fatalf("--pid: processes %+v, devices %+v", r.Pod.Processes, r.Pod.Devices)
 	}
@@ -65,7 +65,7 @@ func TestPodChecks(t *testing.T) {
 func TestPodWithoutDevice(t *testing.T) {
 	f := newNodeFixture(t)
 	empty := f.fp.netns("empty")
-	r := Pod(f.env, empty, 0)
+	r := CheckPod(f.env, empty, 0)
 	if r.ExitCode != 1 {
 		t.Fatalf("exit %d", r.ExitCode)
 	}
@@ -87,7 +87,7 @@ func TestPodGIDsAndPortState(t *testing.T) {
 	tr.PCI(fn)
 	rdmaFixture(t, tr, f.env.DevRoot, fn, "mlx5_9", "net9", "1: DOWN", 0, 9)
 	f.kernel.in[podB] = []string{"mlx5_2", "mlx5_9"}
-	r := Pod(f.env, podB, 0)
+	r := CheckPod(f.env, podB, 0)
 	if r.ExitCode != 1 {
 		t.Fatalf("empty GID table must fail: %+v", r.Findings)
 	}
@@ -109,7 +109,7 @@ func TestPodNoRDMAStillChecksProcesses(t *testing.T) {
 	f := newNodeFixture(t)
 	f.kernel.modeErr = fmt.Errorf("%w: protocol not supported", rdmans.ErrNoRDMA)
 	f.fp.proc("41", "python", "pod-a", "65536", "0", 64<<20)
-	r := Pod(f.env, filepath.Join(f.netnsDir, "pod-a"), 0)
+	r := CheckPod(f.env, filepath.Join(f.netnsDir, "pod-a"), 0)
 	if r.ExitCode != 1 || len(findingsOf(r, "rdma-subsystem")) != 1 {
 		t.Fatalf("%+v", r.Findings)
 	}
@@ -120,7 +120,7 @@ func TestPodNoRDMAStillChecksProcesses(t *testing.T) {
 
 func TestPodBadNetns(t *testing.T) {
 	f := newNodeFixture(t)
-	r := Pod(f.env, "/nonexistent/netns", 0)
+	r := CheckPod(f.env, "/nonexistent/netns", 0)
 	if r.ExitCode != 1 || len(findingsOf(r, "netns")) != 1 {
 		t.Fatalf("%+v", r.Findings)
 	}
@@ -135,7 +135,7 @@ func TestPodNRIThree(t *testing.T) {
 	podA := filepath.Join(f.netnsDir, "pod-a")
 	f.fp.proc("41", "nccl", "pod-a", "unlimited", "00000000a80425fb", 1<<30, "uverbs1", "rdma_cm")
 	f.fp.proc("42", "bare", "pod-a", "65536", "00000000a80425fb", 64<<20)
-	r := Pod(f.env, podA, 41)
+	r := CheckPod(f.env, podA, 41)
 	if r.ExitCode != 0 || r.Summary[Warn] != 0 || len(findingsOf(r, "nri")) != 0 {
 		t.Fatalf("what the NRI plugin gives is not enough: %+v", r.Findings)
 	}
@@ -143,7 +143,7 @@ func TestPodNRIThree(t *testing.T) {
 		t.Fatalf("verbs nodes %v", r.Pod.VerbsNodes)
 	}
 
-	r = Pod(f.env, podA, 42)
+	r = CheckPod(f.env, podA, 42)
 	if r.ExitCode != 1 {
 		t.Fatalf("exit %d: %+v", r.ExitCode, r.Findings)
 	}
@@ -162,13 +162,13 @@ func TestPodNRIThree(t *testing.T) {
 	// The uverbs node is the one the kernel names from inside the pod,
 	// not the one sysfs's infiniband_verbs pairs by device name.
 	f.kernel.uverbs["mlx5_1"] = 7
-	r = Pod(f.env, podA, 41)
+	r = CheckPod(f.env, podA, 41)
 	if cd := findingsOf(r, "char-devices"); len(cd) != 1 || cd[0].Severity != Fail || !strings.Contains(cd[0].Reason, "uverbs7") {
 		t.Fatalf("char-devices %+v, want uverbs7 missing", cd)
 	}
 	// A kernel that cannot say: sysfs's pairing, uverbs and rdma_cm only.
 	f.kernel.verbsErr = fmt.Errorf("operation not supported")
-	r = Pod(f.env, podA, 41)
+	r = CheckPod(f.env, podA, 41)
 	if strings.Join(r.Pod.VerbsNodes, " ") != "rdma_cm uverbs1" || r.ExitCode != 0 {
 		t.Fatalf("fallback: verbs nodes %v, findings %+v", r.Pod.VerbsNodes, r.Findings)
 	}

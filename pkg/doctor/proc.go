@@ -1,10 +1,8 @@
 package doctor
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
-	"io"
 	"math/bits"
 	"os"
 	"path/filepath"
@@ -16,18 +14,8 @@ import (
 	"github.com/rdma-netns/rdma-netns/pkg/inventory"
 )
 
-// Thresholds of the pod checks. RDMA registers (pins) every buffer it
-// sends from or receives into; NCCL alone registers tens of MiB per
-// connection, so a limit below MinMemlock fails with `ibv_reg_mr failed`.
-// NCCL and PyTorch DataLoader workers pass data through /dev/shm; the
-// container default of 64MiB fails with `posix_fallocate failed: No space
-// left on device` or a DataLoader "Bus error".
-const (
-	MinMemlock = 64 << 20
-	MinShm     = 1 << 30
-	// capIPCLock is CAP_IPC_LOCK's bit in the capability sets.
-	capIPCLock = 14
-)
+// capIPCLock is CAP_IPC_LOCK's bit in the capability sets.
+const capIPCLock = 14
 
 // Limit is a resource limit; Unlimited is RLIM_INFINITY.
 type Limit struct {
@@ -83,26 +71,6 @@ func parseLimit(s string) (Limit, error) {
 	}
 	return Limit{Bytes: n, Known: true}, nil
 }
-
-// ParseCapEff returns the effective capability set from the contents of
-// /proc/PID/status.
-func ParseCapEff(status string) (uint64, error) {
-	for _, line := range strings.Split(status, "\n") {
-		rest, ok := strings.CutPrefix(line, "CapEff:")
-		if !ok {
-			continue
-		}
-		v, err := strconv.ParseUint(strings.TrimSpace(rest), 16, 64)
-		if err != nil {
-			return 0, fmt.Errorf("malformed CapEff %q", rest)
-		}
-		return v, nil
-	}
-	return 0, errors.New("no CapEff line")
-}
-
-// HasCap reports whether capability bit c is in set.
-func HasCap(set uint64, c uint) bool { return c < 64 && set&(1<<c) != 0 }
 
 // Process is what the pod checks learn about one process in the netns.
 type Process struct {
@@ -222,15 +190,4 @@ func statfsSize(path string) (uint64, error) {
 		return ^uint64(0), nil
 	}
 	return lo, nil
-}
-
-// readSmall reads a small text file, trimmed.
-func readSmall(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(bufio.NewReader(f), 64<<10))
-	return strings.TrimSpace(string(b)), err
 }

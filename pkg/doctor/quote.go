@@ -2,8 +2,6 @@ package doctor
 
 import (
 	"fmt"
-	"io"
-	"reflect"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -66,28 +64,6 @@ func shownAsIsSlow(s string) bool {
 		i += size
 	}
 	return true
-}
-
-// termText writes the text report. Every argument it formats is escaped
-// for the terminal (termEscape) whatever its type, numbers and booleans
-// aside: the checks put raw values into findings and views, and this is
-// the one place they are made safe to show. Its format strings are the
-// doctor's own.
-type termText struct{ w io.Writer }
-
-func (t termText) printf(format string, args ...any) {
-	esc := make([]any, len(args))
-	for i, a := range args {
-		switch reflect.ValueOf(a).Kind() {
-		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
-			reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64,
-			reflect.Float32, reflect.Float64, reflect.Bool:
-			esc[i] = a
-		default:
-			esc[i] = termEscape(fmt.Sprint(a))
-		}
-	}
-	fmt.Fprintf(t.w, format, esc...)
 }
 
 // shellWord is s as one word of a POSIX shell, always in single quotes:

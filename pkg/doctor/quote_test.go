@@ -59,7 +59,7 @@ func (n *fakeRailNet) check(nsPath string) *Report {
 		devs = append(devs, RailDev{Device: fmt.Sprintf("mlx5_%d", i), Port: 1, Netdev: nd, GIDs: []GID{{Index: 3, Address: a, Type: RoCEv2, Netdev: nd}}})
 	}
 	r := &Report{}
-	checkRails(r, n, devs, nsPath)
+	checkRails(&r.Findings, n, devs, nsPath)
 	r.finish()
 	return r
 }
@@ -315,7 +315,7 @@ func TestPodTextEscapesComm(t *testing.T) {
 	podA := filepath.Join(f.netnsDir, "pod-a")
 
 	var text, js, stderr bytes.Buffer
-	run([]string{"--netns", podA}, &text, &stderr, f.env)
+	runOn([]string{"--netns", podA}, &text, &stderr, f.env)
 	if rawControl(text.String()) {
 		t.Errorf("raw ESC or BEL in the text report:\n%q", text.String())
 	}
@@ -325,7 +325,7 @@ func TestPodTextEscapesComm(t *testing.T) {
 			t.Errorf("text report lacks %q:\n%s", want, text.String())
 		}
 	}
-	run([]string{"--netns", podA, "--json"}, &js, &stderr, f.env)
+	runOn([]string{"--netns", podA, "--json"}, &js, &stderr, f.env)
 	var r Report
 	if err := json.Unmarshal(js.Bytes(), &r); err != nil {
 		t.Fatalf("JSON: %v\n%s", err, js.String())
@@ -346,7 +346,7 @@ func TestPodTextEscapesComm(t *testing.T) {
 // a file can be called anything.
 func TestNADFixNamesOnlyKubeNames(t *testing.T) {
 	bad := `{"cniVersion": "1.1.0", "plugins": [`
-	r := NADs(strings.NewReader(listJSON(t, nadItem(t, "b", "x;>X", "", bad), nadItem(t, "b$(>X)", "y", "", bad), nadItem(t, "b", "ok.name-1", "", bad))))
+	r := CheckNADs(strings.NewReader(listJSON(t, nadItem(t, "b", "x;>X", "", bad), nadItem(t, "b$(>X)", "y", "", bad), nadItem(t, "b", "ok.name-1", "", bad))))
 	for _, f := range r.Findings {
 		hasCmd := strings.Contains(f.Remedy, "kubectl edit")
 		if want := f.Subject == "b/ok.name-1"; hasCmd != want || !strings.Contains(f.Remedy, "correct spec.config") {

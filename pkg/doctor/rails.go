@@ -2,22 +2,10 @@ package doctor
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
-	"net"
 	"net/netip"
-	"os"
-	"path/filepath"
-	"runtime"
 	"slices"
-	"strconv"
 	"strings"
-	"time"
-
-	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
-
-	"github.com/rdma-netns/rdma-netns/pkg/podns"
 )
 
 // A pod with several RDMA NICs ("rails", one per GPU) whose netdevs share
@@ -76,105 +64,6 @@ type RailAddress struct {
 	RouteError  string `json:"routeError,omitempty"`
 }
 
-// RailNet is what the rails check asks the kernel inside the pod's netns.
-type RailNet interface {
-	// IPv4Addrs lists the IPv4 addresses of netdev, of every netdev for "".
-	IPv4Addrs(netdev string) ([]netip.Prefix, error)
-	// ARPConf reads net.ipv4.conf.<netdev>.<key> (netdev "all" for the
-	// namespace-wide value).
-	ARPConf(netdev, key string) (int, error)
-	// RouteNetdev names the netdev the route from src to dst leaves by
-	// (ip route get DST from SRC).
-	RouteNetdev(src, dst netip.Addr) (string, error)
-}
-
-// railNetIn runs fn with the kernel's answers from inside the netns at
-// nsPath, on a thread that joined it: /proc/sys/net shows the netns of the
-// thread that reads it, and rtnetlink sockets belong to the netns of the
-// thread that opens them.
-func railNetIn(nsPath string, fn func(RailNet) error) error {
-	return podns.Do(nsPath, func(podns.Thread) error {
-		h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
-		if err != nil {
-			return err
-		}
-		defer h.Close()
-		// The kernel answers at once; only a kernel gone wrong hits it.
-		if err := h.SetSocketTimeout(30 * time.Second); err != nil {
-			return err
-		}
-		return fn(kernelNet{h: h, procSys: "/proc/sys"})
-	})
-}
-
-// kernelNet answers RailNet from the calling thread's netns.
-type kernelNet struct {
-	h       *netlink.Handle
-	procSys string
-}
-
-func (k kernelNet) IPv4Addrs(netdev string) ([]netip.Prefix, error) {
-	var link netlink.Link
-	if netdev != "" {
-		l, err := k.h.LinkByName(netdev)
-		if err != nil {
-			return nil, fmt.Errorf("netdev %s: %w", netdev, err)
-		}
-		link = l
-	}
-	var addrs []netlink.Addr
-	var err error
-	for i := 0; ; i++ {
-		addrs, err = k.h.AddrList(link, netlink.FAMILY_V4)
-		// A dump the kernel marks as interrupted (an address changed
-		// meanwhile) is asked again rather than believed.
-		if errors.Is(err, netlink.ErrDumpInterrupted) && i < 5 {
-			runtime.Gosched()
-			continue
-		}
-		break
-	}
-	if err != nil {
-		return nil, err
-	}
-	out := make([]netip.Prefix, 0, len(addrs))
-	for _, a := range addrs {
-		if a.IPNet == nil {
-			continue
-		}
-		ip, ok := netip.AddrFromSlice(a.IP.To4())
-		if !ok {
-			continue
-		}
-		ones, _ := a.Mask.Size()
-		out = append(out, netip.PrefixFrom(ip, ones))
-	}
-	return out, nil
-}
-
-func (k kernelNet) ARPConf(netdev, key string) (int, error) {
-	b, err := os.ReadFile(filepath.Join(k.procSys, "net", "ipv4", "conf", netdev, key))
-	if err != nil {
-		return -1, err
-	}
-	return strconv.Atoi(strings.TrimSpace(string(b)))
-}
-
-func (k kernelNet) RouteNetdev(src, dst netip.Addr) (string, error) {
-	routes, err := k.h.RouteGetWithOptions(net.IP(dst.AsSlice()), &netlink.RouteGetOptions{SrcAddr: net.IP(src.AsSlice())})
-	if err != nil {
-		return "", err
-	}
-	if len(routes) == 0 || routes[0].LinkIndex == 0 {
-		return "", errors.New("the kernel answered no output netdev")
-	}
-	l, err := k.h.LinkByIndex(routes[0].LinkIndex)
-	if err != nil {
-		return "", fmt.Errorf("netdev of index %d: %w", routes[0].LinkIndex, err)
-	}
-	return l.Attrs().Name, nil
-}
-
 // railDevs pairs each port of the pod's devices with the netdevs its GID
 // entries belong to, leaving out netdevs of another netns.
 func railDevs(devs []Device) []RailDev {
@@ -204,7 +93,7 @@ func railSubject(r *Rail) string { return fmt.Sprintf("%s (%s)", r.Device, r.Net
 // its IPv4 addresses and, for rails sharing a subnet, whether ARP and
 // routing keep each rail's address on its own NIC. nsPath is the pod's
 // netns, for the fixes.
-func checkRails(r *Report, n RailNet, devs []RailDev, nsPath string) []Rail {
+func checkRails(fs *Findings, n RailNet, devs []RailDev, nsPath string) []Rail {
 	rails := make([]Rail, 0, len(devs))
 	own := map[netip.Addr]bool{}
 	if all, err := n.IPv4Addrs(""); err == nil {
@@ -217,7 +106,7 @@ func checkRails(r *Report, n RailNet, devs []RailDev, nsPath string) []Rail {
 		rl := Rail{Device: d.Device, Port: d.Port, Netdev: d.Netdev, Addresses: []RailAddress{}, ArpIgnore: -1, ArpAnnounce: -1}
 		addrs, err := n.IPv4Addrs(d.Netdev)
 		if err != nil {
-			r.add(Warn, "rail-addr", railSubject(&rl), fmt.Sprintf("cannot list the IPv4 addresses of %s in the pod's netns: %v", d.Netdev, err),
+			fs.add(Warn, "rail-addr", railSubject(&rl), fmt.Sprintf("cannot list the IPv4 addresses of %s in the pod's netns: %v", d.Netdev, err),
 				"check that the netdev the RDMA device's GIDs name is in the pod (rdma-netns moves the RDMA device with it)")
 			unlisted[i] = true
 		}
@@ -240,7 +129,7 @@ func checkRails(r *Report, n RailNet, devs []RailDev, nsPath string) []Rail {
 
 	for i := range rails {
 		if !unlisted[i] {
-			gidFindings(r, &rails[i])
+			gidFindings(fs, &rails[i])
 		}
 	}
 	groups := sharedSubnets(rails)
@@ -268,16 +157,16 @@ func checkRails(r *Report, n RailNet, devs []RailDev, nsPath string) []Rail {
 		switch {
 		case grouped[i]:
 			together = append(together, rl.Netdev)
-			if !arpFinding(r, rl, nsPath) {
+			if !arpFinding(fs, rl, nsPath) {
 				crossed = true
 			}
-			if !routeFindings(r, n, rl, rails, own, nsPath) {
+			if !routeFindings(fs, n, rl, rails, own, nsPath) {
 				crossed = true
 			}
 		case len(rl.Addresses) > 0:
 			apart = append(apart, rl.Netdev)
 			if len(rails) > 1 {
-				r.add(OK, "rail-arp", railSubject(rl), "no other rail of the pod is on its IPv4 subnet: peers ask ARP for another rail's address on that rail's own subnet, so this rail's ARP settings cannot draw another rail's traffic", "")
+				fs.add(OK, "rail-arp", railSubject(rl), "no other rail of the pod is on its IPv4 subnet: peers ask ARP for another rail's address on that rail's own subnet, so this rail's ARP settings cannot draw another rail's traffic", "")
 			}
 		}
 	}
@@ -296,7 +185,7 @@ func checkRails(r *Report, n RailNet, devs []RailDev, nsPath string) []Rail {
 		why = fmt.Sprintf("%s on IPv4 subnets of their own; %s sharing a subnet, with ARP (arp_ignore >= 1, arp_announce 2) and routing (each rail's address leaves by its own netdev) keeping each rail's address on its own NIC",
 			strings.Join(apart, " "), strings.Join(together, " "))
 	}
-	r.add(OK, "rails", strings.Join(append(apart, together...), " "), why, "")
+	fs.add(OK, "rails", strings.Join(append(apart, together...), " "), why, "")
 	return rails
 }
 
@@ -314,10 +203,10 @@ func arpConf(n RailNet, netdev, key string) int {
 	return max(dev, all)
 }
 
-func gidFindings(r *Report, rl *Rail) {
+func gidFindings(fs *Findings, rl *Rail) {
 	subj := railSubject(rl)
 	if len(rl.Addresses) == 0 {
-		r.add(Warn, "rail-addr", subj, fmt.Sprintf("netdev %s of %s port %d has no IPv4 address: its GID table has no IPv4 (RoCE v2) entry, so RoCE v2 over IPv4 cannot use this rail", rl.Netdev, rl.Device, rl.Port),
+		fs.add(Warn, "rail-addr", subj, fmt.Sprintf("netdev %s of %s port %d has no IPv4 address: its GID table has no IPv4 (RoCE v2) entry, so RoCE v2 over IPv4 cannot use this rail", rl.Netdev, rl.Device, rl.Port),
 			"give the rail's attachment an IPAM (each rail's NetworkAttachmentDefinition), or check that the pod's IPAM ran")
 		return
 	}
@@ -330,12 +219,12 @@ func gidFindings(r *Report, rl *Rail) {
 		}
 	}
 	if len(missing) > 0 {
-		r.add(Fail, "rail-gid", subj, fmt.Sprintf("%s port %d has no RoCE v2 GID for %s of %s: RoCE v2 traffic and rdma_cm cannot use that address on this rail (NCCL finds no usable GID for it, or picks another)",
+		fs.add(Fail, "rail-gid", subj, fmt.Sprintf("%s port %d has no RoCE v2 GID for %s of %s: RoCE v2 traffic and rdma_cm cannot use that address on this rail (NCCL finds no usable GID for it, or picks another)",
 			rl.Device, rl.Port, strings.Join(missing, ", "), rl.Netdev),
 			fmt.Sprintf("the kernel adds a RoCE v2 GID for each IPv4 address of the port's netdev while it is up: check with `rdma link` that port %d of %s is bound to %s, and that the NIC has RoCE v2 enabled", rl.Port, rl.Device, rl.Netdev))
 		return
 	}
-	r.add(OK, "rail-gid", subj, "RoCE v2 GIDs for every IPv4 address: "+strings.Join(have, ", "), "")
+	fs.add(OK, "rail-gid", subj, "RoCE v2 GIDs for every IPv4 address: "+strings.Join(have, ", "), "")
 }
 
 // sharedSubnets groups the rails (indices) whose netdevs have addresses in
@@ -354,7 +243,7 @@ func sharedSubnets(rails []Rail) [][]int {
 	}
 	for i := range rails {
 		for j := i + 1; j < len(rails); j++ {
-			if rails[i].Netdev != rails[j].Netdev && overlap(rails[i], rails[j]) {
+			if rails[i].Netdev != rails[j].Netdev && subnetsOverlap(rails[i], rails[j]) {
 				parent[find(j)] = find(i)
 			}
 		}
@@ -377,7 +266,7 @@ func sharedSubnets(rails []Rail) [][]int {
 	return groups
 }
 
-func overlap(a, b Rail) bool {
+func subnetsOverlap(a, b Rail) bool {
 	for _, x := range a.Addresses {
 		for _, y := range b.Addresses {
 			px, errx := netip.ParsePrefix(x.Address)
@@ -392,15 +281,15 @@ func overlap(a, b Rail) bool {
 
 // arpFinding reports a shared-subnet rail whose ARP settings let it answer
 // for, or announce, other rails' addresses; false when it does.
-func arpFinding(r *Report, rl *Rail, nsPath string) bool {
+func arpFinding(fs *Findings, rl *Rail, nsPath string) bool {
 	subj := railSubject(rl)
 	if rl.ArpIgnore >= 1 && rl.ArpAnnounce >= 2 {
-		r.add(OK, "rail-arp", subj, fmt.Sprintf("it shares a subnet with %s, and with arp_ignore %d and arp_announce %d it answers ARP only for its own addresses and asks with them",
+		fs.add(OK, "rail-arp", subj, fmt.Sprintf("it shares a subnet with %s, and with arp_ignore %d and arp_announce %d it answers ARP only for its own addresses and asks with them",
 			strings.Join(rl.SharesSubnetWith, ", "), rl.ArpIgnore, rl.ArpAnnounce), "")
 		return true
 	}
 	if rl.ArpIgnore < 0 || rl.ArpAnnounce < 0 {
-		r.add(Warn, "rail-arp", subj, fmt.Sprintf("cannot read net.ipv4.conf.%s.arp_ignore/arp_announce (or .all): whether this rail answers ARP for other rails' addresses on its subnet is unknown", rl.Netdev),
+		fs.add(Warn, "rail-arp", subj, fmt.Sprintf("cannot read net.ipv4.conf.%s.arp_ignore/arp_announce (or .all): whether this rail answers ARP for other rails' addresses on its subnet is unknown", rl.Netdev),
 			"run the doctor as root")
 		return true
 	}
@@ -415,7 +304,7 @@ func arpFinding(r *Report, rl *Rail, nsPath string) bool {
 	if rl.ArpAnnounce < 2 {
 		what = append(what, fmt.Sprintf("arp_announce %d (its ARP requests may carry another rail's address)", rl.ArpAnnounce))
 	}
-	r.add(Fail, "rail-arp", subj,
+	fs.add(Fail, "rail-arp", subj,
 		fmt.Sprintf("rail %s (%s, %s) answers ARP for other rails' addresses: peers can learn its MAC for them and send that rail's RoCE traffic to the wrong NIC, whose GID table lacks the address (retransmissions, IBV_WC_RETRY_EXC_ERR); it shares a subnet with %s and has %s",
 			rl.Device, rl.Netdev, addr, strings.Join(rl.SharesSubnetWith, ", "), strings.Join(what, ", ")),
 		fmt.Sprintf("chain tuning and sbr after each rail's plugins, as %s does (tuning: sysctl net.ipv4.conf.IFNAME.arp_ignore=1 and net.ipv4.conf.IFNAME.arp_announce=2), and recreate the pod; "+
@@ -463,7 +352,7 @@ func tryRoute(nsPath, netdev string, p netip.Prefix, table int) string {
 // routeFindings asks the kernel for the route from each of the rail's
 // addresses to a peer on that address's subnet; false when one leaves by
 // another netdev.
-func routeFindings(r *Report, n RailNet, rl *Rail, rails []Rail, own map[netip.Addr]bool, nsPath string) bool {
+func routeFindings(fs *Findings, n RailNet, rl *Rail, rails []Rail, own map[netip.Addr]bool, nsPath string) bool {
 	ok := true
 	subj := railSubject(rl)
 	for i := range rl.Addresses {
@@ -480,7 +369,7 @@ func routeFindings(r *Report, n RailNet, rl *Rail, rails []Rail, own map[netip.A
 		dev, err := n.RouteNetdev(p.Addr(), peer)
 		if err != nil {
 			a.RouteError = err.Error()
-			r.add(Warn, "rail-route", subj, fmt.Sprintf("cannot ask the kernel for the route from %s to %s: %v", p.Addr(), peer, err), "run the doctor as root")
+			fs.add(Warn, "rail-route", subj, fmt.Sprintf("cannot ask the kernel for the route from %s to %s: %v", p.Addr(), peer, err), "run the doctor as root")
 			continue
 		}
 		a.RouteNetdev = dev
@@ -489,7 +378,7 @@ func routeFindings(r *Report, n RailNet, rl *Rail, rails []Rail, own map[netip.A
 		}
 		ok = false
 		table := 100 + railIndex(rl, rails)
-		r.add(Fail, "rail-route", subj,
+		fs.add(Fail, "rail-route", subj,
 			fmt.Sprintf("traffic from rail %s's address %s leaves by netdev %s, not %s (ip route get %s from %s): what the kernel sends from that address, rdma_cm's address resolution included, goes out of another rail's NIC",
 				rl.Device, p.Addr(), dev, rl.Netdev, peer, p.Addr()),
 			fmt.Sprintf("chain sbr after each rail's plugins, as %s does: a routing table per rail, chosen by a rule for the rail's address; then recreate the pod; %s",

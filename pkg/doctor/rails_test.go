@@ -143,7 +143,7 @@ func (rn *railsNS) check(t *testing.T, devs []RailDev) (*Report, []Rail) {
 	r := &Report{}
 	var rails []Rail
 	if err := railNetIn(rn.ns.Path(), func(n RailNet) error {
-		rails = checkRails(r, n, devs, rn.ns.Path())
+		rails = checkRails(&r.Findings, n, devs, rn.ns.Path())
 		return nil
 	}); err != nil {
 		t.Fatal(err)
@@ -435,7 +435,7 @@ func TestPodRails(t *testing.T) {
 		return railNetIn(rn.ns.Path(), fn)
 	}
 
-	r := Pod(f.env, podA, 0)
+	r := CheckPod(f.env, podA, 0)
 	if r.ExitCode != 1 {
 		t.Fatalf("exit %d: %+v", r.ExitCode, r.Findings)
 	}
@@ -467,7 +467,7 @@ func TestPodRails(t *testing.T) {
 		}
 	}
 	var out, errb bytes.Buffer
-	if code := run([]string{"--netns", podA, "--json"}, &out, &errb, f.env); code != 1 {
+	if code := runOn([]string{"--netns", podA, "--json"}, &out, &errb, f.env); code != 1 {
 		t.Fatalf("exit %d, stderr %s", code, errb.String())
 	}
 	var doc struct {

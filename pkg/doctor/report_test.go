@@ -24,7 +24,7 @@ func TestExitCodes(t *testing.T) {
 	for _, tt := range tests {
 		r := &Report{}
 		for _, s := range tt.sevs {
-			r.add(s, "c", "s", "reason", "")
+			r.Findings.add(s, "c", "s", "reason", "")
 		}
 		r.finish()
 		if r.ExitCode != tt.exit {
@@ -41,9 +41,9 @@ func TestWriteText(t *testing.T) {
 		{Name: "mlx5_0", Driver: "mlx5_core", PCIAddress: "0000:3b:00.0", Ports: []Port{{Port: 1, State: "ACTIVE", Netdevs: []string{"ens1f0"}, GIDs: 3}}, CharDevices: []string{"/dev/infiniband/uverbs0"}, Location: Location{Host: true}},
 		{Name: "mlx5_10", Ports: []Port{{Port: 1, State: "DOWN"}, {Port: 2, State: "ACTIVE", Netdevs: []string{"net1"}, GIDs: 1}}, Location: Location{Netns: "/run/netns/cni-1", Owner: "net/cid/net1"}},
 	}}}
-	r.add(OK, "netns-mode", "node", "fine", "")
-	r.add(Fail, "drift", "net/cid/net1", "it moved", "recreate the pod")
-	r.add(Warn, "port-state", "mlx5_10 port 1", "down", "plug it in")
+	r.Findings.add(OK, "netns-mode", "node", "fine", "")
+	r.Findings.add(Fail, "drift", "net/cid/net1", "it moved", "recreate the pod")
+	r.Findings.add(Warn, "port-state", "mlx5_10 port 1", "down", "plug it in")
 	r.finish()
 	var b bytes.Buffer
 	if err := r.WriteText(&b); err != nil {
@@ -82,7 +82,7 @@ func TestWriteText(t *testing.T) {
 // The JSON is for automation: check its shape, not just that it parses.
 func TestWriteJSONShape(t *testing.T) {
 	f := newNodeFixture(t)
-	r := Node(f.env)
+	r := CheckNode(f.env)
 	var b bytes.Buffer
 	if err := r.WriteJSON(&b); err != nil {
 		t.Fatal(err)
@@ -130,7 +130,7 @@ func TestWriteJSONShape(t *testing.T) {
 	// Empty lists are [] rather than null, so consumers can iterate.
 	f2 := newNodeFixture(t)
 	f2.fp.proc("50", "app", "lonely", "unlimited", "0", 2<<30)
-	pr := Pod(f2.env, f2.fp.netns("lonely"), 0)
+	pr := CheckPod(f2.env, f2.fp.netns("lonely"), 0)
 	b.Reset()
 	if err := pr.WriteJSON(&b); err != nil {
 		t.Fatal(err)
@@ -160,7 +160,7 @@ func TestRunFlags(t *testing.T) {
 	}
 	for _, tt := range tests {
 		var out, errb bytes.Buffer
-		if got := run(tt.args, &out, &errb, f.env); got != tt.exit {
+		if got := runOn(tt.args, &out, &errb, f.env); got != tt.exit {
 			t.Errorf("%v: exit %d, want %d\n%s%s", tt.args, got, tt.exit, out.String(), errb.String())
 		}
 		if !strings.Contains(out.String(), tt.out) || !strings.Contains(errb.String(), tt.err) {

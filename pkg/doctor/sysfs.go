@@ -1,6 +1,8 @@
 package doctor
 
 import (
+	"bufio"
+	"io"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -255,4 +257,23 @@ func hostSysfsIn(root string) func(nsPath string, fn func(root string) error) er
 		}
 		return nssysfs.In(nsPath, fn)
 	}
+}
+
+// readSmall reads a small text file, trimmed.
+func readSmall(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(bufio.NewReader(f), 64<<10))
+	return strings.TrimSpace(string(b)), err
+}
+
+func namesOnly(names []string) []Device {
+	out := make([]Device, 0, len(names))
+	for _, n := range names {
+		out = append(out, Device{Name: n, Ports: []Port{}, CharDevices: []string{}})
+	}
+	return out
 }

@@ -1,73 +1,14 @@
 package doctor
 
 import (
-	"bytes"
 	"fmt"
-	"io"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
 )
 
-// UCXEnv is what a process's environment tells UCX (Open MPI's pml ucx,
-// UCC, NCCL's UCX plugin) about rails; only these three variables are
-// read, nothing else of the environment is kept or shown.
-type UCXEnv struct {
-	// NetDevices is UCX_NET_DEVICES as set, "" when unset (UCX's "all").
-	NetDevices string `json:"netDevices,omitempty"`
-	// MaxEagerRails and MaxRndvRails are UCX_MAX_EAGER_RAILS and
-	// UCX_MAX_RNDV_RAILS as set, "" when unset.
-	MaxEagerRails string `json:"maxEagerRails,omitempty"`
-	MaxRndvRails  string `json:"maxRndvRails,omitempty"`
-}
-
 // UCX 1.x's defaults: eager messages on one rail, rendezvous on two.
 const ucxDefaultEagerRails, ucxDefaultRndvRails = 1, 2
-
-// maxEnviron bounds what is read of /proc/PID/environ.
-const maxEnviron = 1 << 20
-
-// readUCXEnv reads the UCX variables of the environment in
-// /proc/PID/environ at path; nil when the process sets none (it does not
-// use UCX, or says nothing about it) or the file cannot be read.
-func readUCXEnv(path string) *UCXEnv {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxEnviron))
-	if err != nil {
-		return nil
-	}
-	return parseUCXEnv(b)
-}
-
-// parseUCXEnv picks the UCX variables out of a NUL-separated environment.
-func parseUCXEnv(environ []byte) *UCXEnv {
-	var u UCXEnv
-	found := false
-	for _, kv := range bytes.Split(environ, []byte{0}) {
-		k, v, ok := strings.Cut(string(kv), "=")
-		if !ok || !strings.HasPrefix(k, "UCX_") {
-			continue
-		}
-		found = true
-		switch k {
-		case "UCX_NET_DEVICES":
-			u.NetDevices = v
-		case "UCX_MAX_EAGER_RAILS":
-			u.MaxEagerRails = v
-		case "UCX_MAX_RNDV_RAILS":
-			u.MaxRndvRails = v
-		}
-	}
-	if !found {
-		return nil
-	}
-	return &u
-}
 
 // ucxRails are the ports of the pod's RDMA devices (devs) that
 // UCX_NET_DEVICES lets UCX use, as UCX names them (DEVICE:PORT); unset
@@ -106,7 +47,7 @@ func railCount(v string, def int) int {
 // rail and rendezvous over two, whatever UCX_NET_DEVICES lists, and
 // nothing warns; over rxe's ud_verbs an allreduce over four rails put
 // every packet on the first (docs/benchmarks.md).
-func ucxFinding(r *Report, subj string, pr Process, devs []Device) {
+func ucxFinding(fs *Findings, subj string, pr Process, devs []Device) {
 	if pr.UCX == nil {
 		return
 	}
@@ -118,7 +59,7 @@ func ucxFinding(r *Report, subj string, pr Process, devs []Device) {
 	rndv := railCount(pr.UCX.MaxRndvRails, ucxDefaultRndvRails)
 	n := len(rails)
 	if eager >= n && rndv >= n {
-		r.add(OK, "rail-ucx", subj, fmt.Sprintf("UCX may use all %d rails (%s): UCX_MAX_EAGER_RAILS %d, UCX_MAX_RNDV_RAILS %d", n, strings.Join(rails, " "), eager, rndv), "")
+		fs.add(OK, "rail-ucx", subj, fmt.Sprintf("UCX may use all %d rails (%s): UCX_MAX_EAGER_RAILS %d, UCX_MAX_RNDV_RAILS %d", n, strings.Join(rails, " "), eager, rndv), "")
 		return
 	}
 	var short []string
@@ -128,7 +69,7 @@ func ucxFinding(r *Report, subj string, pr Process, devs []Device) {
 	if rndv < n {
 		short = append(short, fmt.Sprintf("rendezvous on at most %d (UCX_MAX_RNDV_RAILS %s)", rndv, setOrDefault(pr.UCX.MaxRndvRails)))
 	}
-	r.add(Warn, "rail-ucx", subj,
+	fs.add(Warn, "rail-ucx", subj,
 		fmt.Sprintf("UCX is given %d rails (%s) but sends %s: the other rails' NICs carry none of that traffic (over rxe's ud_verbs an allreduce put every byte on the one eager rail)",
 			n, strings.Join(rails, " "), strings.Join(short, " and ")),
 		fmt.Sprintf("set UCX_MAX_EAGER_RAILS=%d and UCX_MAX_RNDV_RAILS=%d in the container's env (or mpirun -x), as conf/nad-rails.yaml's example pod does, and restart the job", n, n))

@@ -50,7 +50,7 @@ func TestUCXFinding(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			r := &Report{}
-			ucxFinding(r, "pid 7 (python)", Process{PID: 7, Comm: "python", UCX: c.ucx}, c.devs)
+			ucxFinding(&r.Findings, "pid 7 (python)", Process{PID: 7, Comm: "python", UCX: c.ucx}, c.devs)
 			if c.want == "" {
 				if len(r.Findings) != 0 {
 					t.Fatalf("findings %+v, want none", r.Findings)

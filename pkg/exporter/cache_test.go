@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/rdma-netns/rdma-netns/pkg/clocktest"
 )
 
 // countingInventory counts the collections: each one asks it once for the
@@ -23,24 +25,6 @@ type countingInventory struct {
 func (c *countingInventory) Targets() (*Targets, error) {
 	c.calls.Add(1)
 	return c.Inventory.Targets()
-}
-
-// fakeClock is a clock that moves only when told.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (f *fakeClock) now() time.Time {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.t
-}
-
-func (f *fakeClock) advance(d time.Duration) {
-	f.mu.Lock()
-	f.t = f.t.Add(d)
-	f.mu.Unlock()
 }
 
 func collections(c *Collector) int {
@@ -100,8 +84,8 @@ func TestBurstOfScrapesCostsFewCollections(t *testing.T) {
 	}}
 	inv := &countingInventory{Inventory: nodeWith([]string{"/run/netns/a"})}
 	c := NewCollector(inv, r)
-	clock := &fakeClock{t: time.Unix(1e9, 0)}
-	c.now = clock.now
+	clock := clocktest.New()
+	c.now = clock.Now
 	srv := httptest.NewServer(Handler(c, nil))
 	defer srv.Close()
 
@@ -110,7 +94,7 @@ func TestBurstOfScrapesCostsFewCollections(t *testing.T) {
 		if err := scrapeConcurrently(srv.URL+"/metrics", perBurst, 8); err != nil {
 			t.Fatal(err)
 		}
-		clock.advance(c.MaxAge)
+		clock.Advance(c.MaxAge)
 	}
 	if got := inv.calls.Load(); got != bursts {
 		t.Errorf("%d scrapes in %d bursts cost %d collections, want %d", bursts*perBurst, bursts, got, bursts)

@@ -101,13 +101,7 @@ func (o Options) Check() error {
 // exit status.
 func Main(args []string, stderr io.Writer) int {
 	var o Options
-	fl := FlagSet(&o)
-	fl.SetOutput(stderr)
-	fl.Usage = func() {
-		fmt.Fprint(stderr, usage)
-		fl.PrintDefaults()
-	}
-	if code, ok := cli.Parse(fl, args, stderr); !ok {
+	if code, ok := cli.Parse(FlagSet(&o), usage, args, stderr); !ok {
 		return code
 	}
 	if err := o.Check(); err != nil {

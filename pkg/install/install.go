@@ -25,6 +25,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/rdma-netns/rdma-netns/pkg/cli"
 )
 
 const usage = `Usage: rdma-netns install [--dest DIR] [--name NAME] [--then-wait]
@@ -79,11 +81,7 @@ func FlagSet(o *Options) *flag.FlagSet {
 func Main(args []string, version string, stdout, stderr io.Writer) int {
 	var o Options
 	fl := FlagSet(&o)
-	fl.SetOutput(stderr)
-	fl.Usage = func() {
-		fmt.Fprint(stderr, usage)
-		fl.PrintDefaults()
-	}
+	cli.SetUsage(fl, usage, stderr)
 	if code, ok := parse(fl, &o, args, stderr); !ok {
 		return code
 	}

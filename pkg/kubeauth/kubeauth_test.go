@@ -15,6 +15,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/rdma-netns/rdma-netns/pkg/clocktest"
 )
 
 // fakeAPIServer answers TokenReviews from tokens and SubjectAccessReviews
@@ -89,30 +91,13 @@ func (f *fakeAPIServer) count() int {
 	return f.reviews
 }
 
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
 // rig is an exporter's /metrics behind a Guard talking to a fake API
 // server over TLS, as the exporter's ServiceAccount.
 type rig struct {
 	api    *fakeAPIServer
 	apiSrv *httptest.Server
 	guard  *Guard
-	clock  *fakeClock
+	clock  *clocktest.Clock
 	srv    *httptest.Server
 }
 
@@ -136,8 +121,8 @@ func newRig(t *testing.T) *rig {
 	}
 	client := &Client{URL: apiSrv.URL, TokenFile: tokenFile, HTTP: apiSrv.Client()}
 	g := NewGuard(client, "/metrics")
-	clock := &fakeClock{t: time.Unix(1e9, 0)}
-	g.now = clock.now
+	clock := clocktest.New()
+	g.now = clock.Now
 	metrics := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "rdma_exporter_devices 1\n") })
 	srv := httptest.NewServer(g.Wrap(metrics))
 	t.Cleanup(srv.Close)
@@ -222,7 +207,7 @@ func TestGuardFailsClosed(t *testing.T) {
 	if got := r.get(t, "prom-token"); got != http.StatusOK {
 		t.Errorf("API server back: scrape %d, want 200 (a failure must not be cached)", got)
 	}
-	r.clock.advance(r.guard.TTL)
+	r.clock.Advance(r.guard.TTL)
 	r.apiSrv.Close() // unreachable: connection refused
 	if got := r.get(t, "prom-token"); got != http.StatusServiceUnavailable {
 		t.Errorf("API server unreachable: scrape %d, want 503", got)
@@ -246,16 +231,16 @@ func TestGuardCacheIsBounded(t *testing.T) {
 	}
 	// The binding is removed and the token revoked.
 	r.api.set(func() { delete(r.api.allowed, prometheusUser) })
-	r.clock.advance(r.guard.TTL - time.Second)
+	r.clock.Advance(r.guard.TTL - time.Second)
 	if got := r.get(t, "prom-token"); got != http.StatusOK {
 		t.Errorf("within TTL of the review: %d, want the cached 200", got)
 	}
-	r.clock.advance(time.Second)
+	r.clock.Advance(time.Second)
 	if got := r.get(t, "prom-token"); got != http.StatusForbidden {
 		t.Errorf("TTL after the binding went: %d, want 403", got)
 	}
 	r.api.set(func() { delete(r.api.tokens, "prom-token") })
-	r.clock.advance(r.guard.TTL)
+	r.clock.Advance(r.guard.TTL)
 	if got := r.get(t, "prom-token"); got != http.StatusUnauthorized {
 		t.Errorf("TTL after the token was revoked: %d, want 401", got)
 	}
@@ -265,16 +250,16 @@ func TestGuardCacheIsBounded(t *testing.T) {
 // expired, a new verdict finds room.
 func TestGuardCacheSize(t *testing.T) {
 	g := NewGuard(nil, "/metrics")
-	clock := &fakeClock{t: time.Unix(1e9, 0)}
-	g.now = clock.now
+	clock := clocktest.New()
+	g.now = clock.Now
 	for i := range maxCached + 10 {
-		g.keep([32]byte{byte(i), byte(i >> 8), byte(i >> 16)}, verdict{v: Unauthenticated, expires: clock.now().Add(g.TTL)})
+		g.keep([32]byte{byte(i), byte(i >> 8), byte(i >> 16)}, verdict{v: Unauthenticated, expires: clock.Now().Add(g.TTL)})
 	}
 	if n := len(g.cache); n != maxCached {
 		t.Errorf("cache of %d verdicts, want at most %d", n, maxCached)
 	}
-	clock.advance(g.TTL)
-	g.keep([32]byte{0xff}, verdict{v: Forbidden, expires: clock.now().Add(g.TTL)})
+	clock.Advance(g.TTL)
+	g.keep([32]byte{0xff}, verdict{v: Forbidden, expires: clock.Now().Add(g.TTL)})
 	if n := len(g.cache); n != 1 {
 		t.Errorf("cache of %d verdicts after the others expired, want the new one only", n)
 	}
@@ -285,12 +270,12 @@ func TestGuardCacheSize(t *testing.T) {
 // token any more takes it out (no re-review slot for it).
 func TestGuardAllowedSize(t *testing.T) {
 	g := NewGuard(nil, "/metrics")
-	clock := &fakeClock{t: time.Unix(1e9, 0)}
-	g.now = clock.now
+	clock := clocktest.New()
+	g.now = clock.Now
 	key := func(i int) [32]byte { return sha256.Sum256(fmt.Appendf(nil, "token-%d", i)) }
 	for i := range maxAllowed + 10 {
-		g.keep(key(i), verdict{v: Allowed, expires: clock.now().Add(g.TTL)})
-		clock.advance(time.Millisecond)
+		g.keep(key(i), verdict{v: Allowed, expires: clock.Now().Add(g.TTL)})
+		clock.Advance(time.Millisecond)
 	}
 	if n := len(g.allowed); n != maxAllowed {
 		t.Errorf("%d tokens remembered as allowed, want at most %d", n, maxAllowed)
@@ -300,8 +285,8 @@ func TestGuardAllowedSize(t *testing.T) {
 			t.Errorf("allowed token %d of %d remembered: %v, want %v (the earliest-expiring go)", i, maxAllowed+10, was, want)
 		}
 	}
-	clock.advance(g.TTL)
-	g.keep(key(10), verdict{v: Forbidden, expires: clock.now().Add(g.TTL)})
+	clock.Advance(g.TTL)
+	g.keep(key(10), verdict{v: Forbidden, expires: clock.Now().Add(g.TTL)})
 	if v, ok, was := g.cached(key(10)); v != Forbidden || !ok || was {
 		t.Errorf("a token allowed, then forbidden: kept %v (fresh %v), remembered as allowed %v; want forbidden, fresh, not allowed", v, ok, was)
 	}

@@ -1,7 +1,6 @@
 package kubeauth
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -14,6 +13,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/rdma-netns/rdma-netns/pkg/clocktest"
+	"github.com/rdma-netns/rdma-netns/pkg/logtest"
 )
 
 // floodReviewer answers the tokens it knows at once and holds the review
@@ -79,11 +81,11 @@ type floodRig struct {
 	t       *testing.T
 	rev     *floodReviewer
 	guard   *Guard
-	clock   *fakeClock
+	clock   *clocktest.Clock
 	h       http.Handler
 	wg      sync.WaitGroup
 	release sync.Once
-	log     *syncBuffer
+	log     *logtest.Buffer
 }
 
 func newFloodRig(t *testing.T) *floodRig {
@@ -97,8 +99,8 @@ func newFloodRig(t *testing.T) *floodRig {
 		release: make(chan struct{}),
 	}
 	g := NewGuard(rev, "/metrics")
-	clock := &fakeClock{t: time.Unix(1e9, 0)}
-	g.now = clock.now
+	clock := clocktest.New()
+	g.now = clock.Now
 	metrics := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("rdma_exporter_devices 1\n")) })
 	r := &floodRig{t: t, rev: rev, guard: g, clock: clock, h: g.Wrap(metrics), log: captureLog(t)}
 	t.Cleanup(func() {
@@ -141,6 +143,15 @@ func (r *floodRig) hold(addr, token string) <-chan *http.Response {
 	return answer
 }
 
+// holdAll sends made-up tokens from addr until it holds every review slot
+// one source may.
+func (r *floodRig) holdAll(addr string) {
+	r.t.Helper()
+	for i := range maxReviewsPerSource {
+		r.hold(addr, madeUp(i))
+	}
+}
+
 // answer is the answer to a request from addr that must not wait for the
 // held reviews: the test fails if the request's review is held instead
 // (it got a slot it should not have) or if it answered only once its
@@ -179,9 +190,7 @@ func wantRefused(t *testing.T, what string, resp *http.Response, code int) {
 func TestGuardFloodFromOneSource(t *testing.T) {
 	r := newFloodRig(t)
 	const flooder = "10.0.0.66"
-	for i := range maxReviewsPerSource {
-		r.hold(flooder, madeUp(i))
-	}
+	r.holdAll(flooder)
 	for i := range 20 {
 		wantRefused(t, "a flooding address past its bound", r.answer(flooder, madeUp(100+i)), http.StatusTooManyRequests)
 	}
@@ -265,7 +274,7 @@ func TestGuardFloodKeepsAllowedScraper(t *testing.T) {
 	const scrapeInterval = 30 * time.Second
 	lifetime := r.guard.TTL
 	for elapsed := scrapeInterval; elapsed <= 3*lifetime; elapsed += scrapeInterval {
-		r.clock.advance(scrapeInterval)
+		r.clock.Advance(scrapeInterval)
 		for i, addr := range floodAddrs {
 			wantNoSlot(t, fmt.Sprintf("%v into the flood, a made-up token from %s", elapsed, addr), r.answer(addr, madeUp(int(elapsed/time.Second)*100+i)))
 		}
@@ -283,11 +292,11 @@ func TestGuardFloodKeepsAllowedScraper(t *testing.T) {
 	}
 	wantRefused(t, "a new valid token during the flood", r.answer(prom, "prom-token-2"), http.StatusServiceUnavailable)
 	r.rev.set("prom-token", Forbidden)
-	r.clock.advance(lifetime)
+	r.clock.Advance(lifetime)
 	if resp := r.answer(prom, "prom-token"); resp.StatusCode != http.StatusForbidden {
 		t.Errorf("Prometheus's binding removed, a lifetime later during the flood: %s, want 403", resp.Status)
 	}
-	r.clock.advance(lifetime)
+	r.clock.Advance(lifetime)
 	wantRefused(t, "Prometheus's token, denied at its last review, a lifetime later", r.answer(prom, "prom-token"), http.StatusServiceUnavailable)
 }
 
@@ -299,11 +308,11 @@ func TestGuardFullCacheKeepsAllowedScraper(t *testing.T) {
 	if resp := r.answer("10.0.0.9", "prom-token"); resp.StatusCode != http.StatusOK {
 		t.Fatalf("Prometheus's token before the flood: %s, want 200", resp.Status)
 	}
-	r.clock.advance(r.guard.TTL - time.Second)
+	r.clock.Advance(r.guard.TTL - time.Second)
 	for i := range maxCached + 10 { // the verdicts of made-up tokens the API server answered at once
-		r.guard.keep(sha256.Sum256([]byte(madeUp(i))), verdict{v: Unauthenticated, expires: r.clock.now().Add(r.guard.TTL)})
+		r.guard.keep(sha256.Sum256([]byte(madeUp(i))), verdict{v: Unauthenticated, expires: r.clock.Now().Add(r.guard.TTL)})
 	}
-	r.clock.advance(time.Second)
+	r.clock.Advance(time.Second)
 	for i, addr := range floodAddrs[:maxReviews] {
 		r.hold(addr, madeUp(maxCached+100+i))
 	}
@@ -317,18 +326,16 @@ func TestGuardFullCacheKeepsAllowedScraper(t *testing.T) {
 func TestGuardRefusalLogsAreBounded(t *testing.T) {
 	r := newFloodRig(t)
 	const flooder = "10.0.0.66"
-	for i := range maxReviewsPerSource {
-		r.hold(flooder, madeUp(i))
-	}
+	r.holdAll(flooder)
 	for i := range 50 {
 		r.answer(flooder, madeUp(100+i))
 	}
-	if lines := r.log.lines(); len(lines) != 1 || !strings.Contains(lines[0], "429") || !strings.Contains(lines[0], flooder) {
+	if lines := r.log.Lines(); len(lines) != 1 || !strings.Contains(lines[0], "429") || !strings.Contains(lines[0], flooder) {
 		t.Errorf("50 refusals of one address logged %d lines, want one naming 429 and the address:\n%s", len(lines), strings.Join(lines, "\n"))
 	}
-	r.clock.advance(logEvery)
+	r.clock.Advance(logEvery)
 	r.answer(flooder, madeUp(200))
-	lines := r.log.lines()
+	lines := r.log.Lines()
 	if len(lines) != 2 || !strings.Contains(lines[1], "49 more") {
 		t.Errorf("a refusal logEvery later: %d lines, want a second counting the 49 left out:\n%s", len(lines), strings.Join(lines, "\n"))
 	}
@@ -367,7 +374,7 @@ func TestGuardReviewLogsAreBounded(t *testing.T) {
 				t.Fatalf("%s: %d, want %d", tc.name, rec.Code, tc.code)
 			}
 		}
-		if lines := buf.lines(); len(lines) != 1 || len(lines[0]) > 1000 {
+		if lines := buf.Lines(); len(lines) != 1 || len(lines[0]) > 1000 {
 			t.Errorf("%s: 30 refusals logged %d lines, want one of at most 1000 bytes:\n%.2000s", tc.name, len(lines), strings.Join(lines, "\n"))
 		}
 	}
@@ -379,26 +386,8 @@ func (f reviewFunc) Review(context.Context, string, string, string) (Verdict, Us
 	return f()
 }
 
-// syncBuffer is the standard logger's output while a test runs.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) lines() []string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return strings.FieldsFunc(b.buf.String(), func(r rune) bool { return r == '\n' })
-}
-
-func captureLog(t *testing.T) *syncBuffer {
-	b := &syncBuffer{}
+func captureLog(t *testing.T) *logtest.Buffer {
+	b := &logtest.Buffer{}
 	out := log.Writer()
 	log.SetOutput(b)
 	t.Cleanup(func() { log.SetOutput(out) })

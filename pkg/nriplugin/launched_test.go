@@ -14,6 +14,7 @@ import (
 
 	"github.com/rdma-netns/rdma-netns/pkg/doctor"
 	"github.com/rdma-netns/rdma-netns/pkg/logging"
+	"github.com/rdma-netns/rdma-netns/pkg/logtest"
 	"github.com/rdma-netns/rdma-netns/pkg/podadjust"
 )
 
@@ -110,7 +111,7 @@ func TestLaunchedByRuntime(t *testing.T) {
 
 	// The DaemonSet's instance, on another socket so that it could serve
 	// were it not for the lock, stands by.
-	logs := &syncBuffer{}
+	logs := &logtest.Buffer{}
 	ds := &plugin{adj: &podadjust.Adjuster{Policy: podadjust.DefaultPolicy, Kernel: fakeKernel{}, Shm: noShm{}}, log: logging.NewWriter(logs, "info"), who: "50-rdma-netns"}
 	other := filepath.Join(t.TempDir(), "nri.sock")
 	r2 := runtime(t, other, []*api.PodSandbox{pod}, nil)

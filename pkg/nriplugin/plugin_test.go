@@ -21,6 +21,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/testutils"
 
 	"github.com/rdma-netns/rdma-netns/pkg/logging"
+	"github.com/rdma-netns/rdma-netns/pkg/logtest"
 	"github.com/rdma-netns/rdma-netns/pkg/podadjust"
 	"github.com/rdma-netns/rdma-netns/pkg/rdmans"
 )
@@ -50,24 +51,6 @@ type noShm struct{}
 
 func (noShm) Size(string) (uint64, error) { return 64 << 20, nil }
 func (noShm) Resize(string, uint64) error { return nil }
-
-// syncBuffer is a log that the plugin's goroutines and the test share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 func testPod(id, netns string, ann map[string]string) *api.PodSandbox {
 	return &api.PodSandbox{Id: id, Name: id, Namespace: "team-a", Annotations: ann,
@@ -130,7 +113,7 @@ func TestPluginAgainstRuntime(t *testing.T) {
 	existing := []*api.Container{{Id: "old", Name: "old", PodSandboxId: "rdma-pod"}, {Id: "web", Name: "web", PodSandboxId: "plain-pod"}}
 	r := runtime(t, socket, []*api.PodSandbox{rdmaPod, plainPod}, existing)
 
-	logs := &syncBuffer{}
+	logs := &logtest.Buffer{}
 	p := &plugin{adj: &podadjust.Adjuster{Policy: podadjust.DefaultPolicy, Kernel: fakeKernel{}, Shm: noShm{}}, log: logging.NewWriter(logs, "info")}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -201,7 +184,7 @@ func TestPluginAgainstRuntime(t *testing.T) {
 
 // Without a runtime the plugin keeps trying, and stops when told to.
 func TestRunRetriesUntilStopped(t *testing.T) {
-	logs := &syncBuffer{}
+	logs := &logtest.Buffer{}
 	p := &plugin{adj: &podadjust.Adjuster{Kernel: fakeKernel{}, Shm: noShm{}}, log: logging.NewWriter(logs, "info")}
 	ctx, cancel := context.WithTimeout(context.Background(), 1200*time.Millisecond)
 	defer cancel()
@@ -249,7 +232,7 @@ func TestRunStubError(t *testing.T) {
 
 // servePlugin runs plugin p against the runtime at socket until the test
 // ends, and waits until the runtime has synchronized it.
-func servePlugin(t *testing.T, p *plugin, socket string, logs *syncBuffer) {
+func servePlugin(t *testing.T, p *plugin, socket string, logs *logtest.Buffer) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -275,7 +258,7 @@ func TestPluginSharedMode(t *testing.T) {
 	rdmaPod := testPod("rdma-pod", "/run/netns/rdma-pod", nil)
 	r := runtime(t, socket, nil, nil)
 	defer r.Stop()
-	logs := &syncBuffer{}
+	logs := &logtest.Buffer{}
 	p := &plugin{adj: &podadjust.Adjuster{Policy: podadjust.DefaultPolicy, Kernel: fakeKernel{mode: rdmans.ModeShared}, Shm: noShm{}},
 		log: logging.NewWriter(logs, "info")}
 	servePlugin(t, p, socket, logs)
@@ -299,7 +282,7 @@ func TestPluginRefusesShmAboveTheCap(t *testing.T) {
 	greedy := testPod("rdma-pod", "/run/netns/rdma-pod", map[string]string{podadjust.AnnotationShmSize: "1Ti"})
 	r := runtime(t, socket, nil, nil)
 	defer r.Stop()
-	logs := &syncBuffer{}
+	logs := &logtest.Buffer{}
 	p := &plugin{adj: &podadjust.Adjuster{Policy: podadjust.DefaultPolicy, Kernel: fakeKernel{}, Shm: noShm{}}, log: logging.NewWriter(logs, "info")}
 	servePlugin(t, p, socket, logs)
 	ctr := &api.Container{Id: "nccl", Name: "nccl", PodSandboxId: greedy.Id, Linux: &api.LinuxContainer{}}
@@ -362,7 +345,7 @@ func TestPluginBesideAnotherPlugin(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the other plugin did not connect")
 	}
-	logs := &syncBuffer{}
+	logs := &logtest.Buffer{}
 	p := &plugin{adj: &podadjust.Adjuster{Policy: podadjust.DefaultPolicy, Kernel: fakeKernel{}, Shm: noShm{}}, log: logging.NewWriter(logs, "info")}
 	servePlugin(t, p, socket, logs)
 

@@ -47,18 +47,12 @@ func Closest(devPath, pciFunc string, devs []Device) []Match {
 	devPath = filepath.Clean(devPath)
 	parentName := filepath.Base(devPath)
 
-	var near []Match
-	for _, d := range devs {
-		rel, down, ok := below(devPath, d.DevPath)
-		if !ok {
-			continue
+	near := under(devPath, devs, 0, func(rel string, down int) string {
+		if down == 0 {
+			return directRelation(parentName)
 		}
-		relation := directRelation(parentName)
-		if down > 0 {
-			relation = fmt.Sprintf("under %s, %s below the netdev's parent device %s", rel, levels(down), parentName)
-		}
-		near = append(near, Match{Device: d, Distance: down, Relation: relation})
-	}
+		return fmt.Sprintf("under %s, %s below the netdev's parent device %s", rel, levels(down), parentName)
+	})
 	if len(near) > 0 {
 		return nearest(near)
 	}
@@ -69,19 +63,25 @@ func Closest(devPath, pciFunc string, devs []Device) []Match {
 	}
 	_, up, _ := below(fn, devPath)
 	fnName := filepath.Base(fn)
-	var far []Match
+	return nearest(under(fn, devs, up, func(rel string, down int) string {
+		if down == 0 {
+			return fmt.Sprintf("under PCI function %s enclosing %s", fnName, parentName)
+		}
+		return fmt.Sprintf("under %s in PCI function %s enclosing %s", rel, fnName, parentName)
+	}))
+}
+
+// under matches the devices below dir, each at distance from plus its
+// depth there, with the relation that names where it is (rel: its path
+// below dir).
+func under(dir string, devs []Device, from int, relation func(rel string, down int) string) []Match {
+	var out []Match
 	for _, d := range devs {
-		rel, down, ok := below(fn, d.DevPath)
-		if !ok {
-			continue
+		if rel, down, ok := below(dir, d.DevPath); ok {
+			out = append(out, Match{Device: d, Distance: from + down, Relation: relation(rel, down)})
 		}
-		relation := fmt.Sprintf("under PCI function %s enclosing %s", fnName, parentName)
-		if down > 0 {
-			relation = fmt.Sprintf("under %s in PCI function %s enclosing %s", rel, fnName, parentName)
-		}
-		far = append(far, Match{Device: d, Distance: up + down, Relation: relation})
 	}
-	return nearest(far)
+	return out
 }
 
 func directRelation(parentName string) string {

@@ -51,14 +51,11 @@ type Store struct {
 // empty dir means DefaultDir. The directory is forced to mode 0700 because
 // it reveals which pods hold which devices.
 func New(dir string) (*Store, error) {
-	if dir == "" {
-		dir = DefaultDir
+	dir, err := dirPath(dir)
+	if err != nil {
+		return nil, err
 	}
-	if !filepath.IsAbs(dir) {
-		return nil, fmt.Errorf("rdma-netns state directory %q must be an absolute path", dir)
-	}
-	dir = filepath.Clean(dir)
-	if err := os.MkdirAll(dir, dirPerm); err != nil {
+	if err = os.MkdirAll(dir, dirPerm); err != nil {
 		return nil, fmt.Errorf("creating rdma-netns state directory: %w", err)
 	}
 	fi, err := os.Stat(dir)
@@ -76,18 +73,27 @@ func New(dir string) (*Store, error) {
 	return &Store{dir: dir}, nil
 }
 
+// dirPath is the state directory dir names: DefaultDir when it is empty,
+// and only an absolute path.
+func dirPath(dir string) (string, error) {
+	if dir == "" {
+		dir = DefaultDir
+	}
+	if !filepath.IsAbs(dir) {
+		return "", fmt.Errorf("rdma-netns state directory %q must be an absolute path", dir)
+	}
+	return filepath.Clean(dir), nil
+}
+
 // Open opens an existing state directory for reading only: it neither
 // creates the directory nor changes its mode, and List leaves temp files
 // alone, so readers (the doctor, the exporter on a read-only mount) change
 // nothing on the node. A missing directory is an fs.ErrNotExist error.
 func Open(dir string) (*Store, error) {
-	if dir == "" {
-		dir = DefaultDir
+	dir, err := dirPath(dir)
+	if err != nil {
+		return nil, err
 	}
-	if !filepath.IsAbs(dir) {
-		return nil, fmt.Errorf("rdma-netns state directory %q must be an absolute path", dir)
-	}
-	dir = filepath.Clean(dir)
 	fi, err := os.Stat(dir)
 	if err != nil {
 		return nil, err

@@ -1,0 +1,71 @@
+package doctor
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/rdma-netns/rdma-netns/pkg/config"
+)
+
+// deviceIDPicker is the first plugin before pos that declares the
+// deviceID capability, "" if none.
+func deviceIDPicker(chain []ChainPlugin, pos int) string {
+	for _, p := range chain[:pos] {
+		if p.DeviceID {
+			return p.Type
+		}
+	}
+	return ""
+}
+
+// tenancy checks who picks the NIC: a plugin before rdma-netns with the
+// deviceID capability lets the pod pick it (host-device takes
+// runtimeConfig.deviceID over its own device).
+func (fs *Findings) tenancy(n *parsedNAD, pos int, c *config.NetConf) {
+	picker := deviceIDPicker(n.chain, pos)
+	if picker == "" {
+		return
+	}
+	subj, picks := n.ref.String(), podPicks(n, picker)
+	switch {
+	case !n.chain[pos].DeviceID:
+		fs.add(Warn, "single-tenant", subj, picks+", and rdma-netns does not see the pick: "+picker+
+			" moves whichever NIC a pod names and rdma-netns follows it, so any pod that may use this NAD may take any NIC of the node",
+			"declare the deviceID capability on rdma-netns too and list allowedPodDevices, or "+resourceRemedy(n))
+	case len(c.AllowedPodDevices) > 0:
+		fs.add(OK, "single-tenant", subj, fmt.Sprintf("%s; rdma-netns honours the pick only for the RDMA devices in allowedPodDevices (%s) and refuses any other",
+			picks, strings.Join(c.AllowedPodDevices, ", ")), "")
+	default:
+		fs.add(OK, "single-tenant", subj, picks+", and rdma-netns refuses a pod's deviceID: "+refusal(c),
+			"list the RDMA devices pods may pick in rdma-netns's allowedPodDevices, or drop the deviceID capability from "+picker+" and name the NIC in the NAD")
+	}
+}
+
+// podPicks says how a pod picks its NIC on this NAD.
+func podPicks(n *parsedNAD, picker string) string {
+	if n.resourceName == "" {
+		return "a pod picks its NIC through " + picker + "'s deviceID capability"
+	}
+	return fmt.Sprintf("a pod allocated no %s picks its NIC through %s's deviceID capability (Multus passes a pod's deviceID when the device plugin allocated nothing)",
+		n.resourceName, picker)
+}
+
+func resourceRemedy(n *parsedNAD) string {
+	if n.resourceName == "" {
+		return "give the NAD a device plugin resourceName"
+	}
+	return "have every pod of this NAD request " + n.resourceName + " (the network-resources-injector adds the request)"
+}
+
+// refusal says which pod deviceIDs rdma-netns takes when the network lists
+// no allowedPodDevices: only one naming the device the NAD pins.
+func refusal(c *config.NetConf) string {
+	pin := c.NetworkDevice()
+	if pin.Value == "" {
+		pin = c.NetworkDeviceID()
+	}
+	if pin.Value == "" {
+		return "the network lists no allowedPodDevices and pins no device, so ADD fails for a pod that sets a deviceID"
+	}
+	return fmt.Sprintf("the network lists no allowedPodDevices, so it honours only a deviceID naming the device the NAD pins (%s %s)", pin.From, pin.Value)
+}
