@@ -322,6 +322,18 @@ func conflist(t *testing.T, name string, plugins ...map[string]any) *libcni.Netw
 	return l
 }
 
+// attachedPod is where most tests start: layout's NIC added to a new pod
+// (id) as net1 through chain name (address addr, rdma-netns options rdma).
+func attachedPod(t *testing.T, layout, name string, addr int, rdma map[string]any, id string) (nic, *libcni.CNIConfig, *libcni.NetworkConfigList, *pod) {
+	t.Helper()
+	n := nicBy(t, layout)
+	c := cni(t)
+	l := chain(t, name, n.Netdev, addr, rdma)
+	p := newPod(t, id)
+	mustAdd(t, c, l, p.rt("net1"))
+	return n, c, l, p
+}
+
 func cni(t *testing.T) *libcni.CNIConfig {
 	return libcni.NewCNIConfigWithCacheDir([]string{cniBinDir}, t.TempDir(), nil)
 }

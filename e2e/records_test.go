@@ -184,12 +184,8 @@ func TestWrongDeviceIndexHint(t *testing.T) {
 // not this pod's; ADD starts afresh and DEL returns the device.
 func TestSandboxIDReusedWithNewNetns(t *testing.T) {
 	requireMode(t, "exclusive")
-	n := nicBy(t, "child")
-	c := cni(t)
-	l := chain(t, "rdma-reuse", n.Netdev, 96, nil)
-	p := newPod(t, "reuse")
+	n, c, l, p := attachedPod(t, "child", "rdma-reuse", 96, nil, "reuse")
 	path := p.path()
-	mustAdd(t, c, l, p.rt("net1"))
 	p.destroy()
 	waitRDMA(t, n.RDMA, "")
 	mountNetnsAt(t, path)
