@@ -15,9 +15,7 @@ import (
 // In exclusive mode the default network's chain, which has rdma-netns,
 // answers STATUS, and containerd reports the network ready.
 func TestNetworkReady(t *testing.T) {
-	if cririg.NetnsMode() != "exclusive" {
-		t.Skip("the exclusive-mode VM's test")
-	}
+	cririg.SkipUnlessExclusive(t)
 	before := countCalls(t, "rdma-netns", "STATUS")
 	ready, reason, msg, err := ctd.NetworkReady(ctx(t))
 	if err != nil {
@@ -61,7 +59,7 @@ type tools struct {
 // spec would.
 func runTools(t *testing.T, name, handler string) tools {
 	t.Helper()
-	n := network(t, handler)
+	n := cririg.MustNetworkOf(t, handler)
 	pod, err := ctd.RunPod(ctx(t), cririg.PodSpec{Name: name, Namespace: "rdma-test", Handler: handler})
 	if err != nil {
 		t.Fatal(err)
@@ -109,9 +107,7 @@ func (p tools) stop(t *testing.T) {
 // containers see only their own and exchange verbs traffic; stopping and
 // removing them brings both devices back, with no record left.
 func TestPodsExchangeTraffic(t *testing.T) {
-	if cririg.NetnsMode() != "exclusive" {
-		t.Skip("the exclusive-mode VM's test")
-	}
+	cririg.SkipUnlessExclusive(t)
 	a := runTools(t, "rdma-a", "rdma-eth1")
 	b := runTools(t, "rdma-b", "rdma-eth2")
 

@@ -147,9 +147,7 @@ func writeSharedNetwork() error {
 
 // exclusiveOnly skips a test of the exclusive-mode VM elsewhere.
 func exclusiveOnly(t *testing.T) {
-	if cririg.NetnsMode() != "exclusive" {
-		t.Skip("the exclusive-mode VM's test")
-	}
+	cririg.SkipUnlessExclusive(t)
 }
 
 func ctx(t *testing.T) context.Context {
@@ -225,15 +223,6 @@ func nodesOf(t *testing.T, pod *cririg.Pod) []string {
 	out = append(out, v.RdmaCM.Name)
 	slices.Sort(out)
 	return out
-}
-
-func network(t *testing.T, handler string) cririg.Network {
-	t.Helper()
-	n, err := cririg.NetworkOf(handler)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n
 }
 
 // wantAdjusted checks a container has exactly its pod's nodes, unlimited
@@ -339,7 +328,7 @@ func TestUnprivilegedPods(t *testing.T) {
 		t.Errorf("doctor exit %d for an adjusted container", code)
 	}
 
-	na, nb := network(t, "rdma-eth1"), network(t, "rdma-eth2")
+	na, nb := cririg.MustNetworkOf(t, "rdma-eth1"), cririg.MustNetworkOf(t, "rdma-eth2")
 	pp := pingPong(t, aw, bw, na, nb, 4096, 100)
 	t.Logf("ibv_rc_pingpong between unprivileged containers: %d bytes, %d iters, %.2f usec/iter", pp.Bytes, pp.Iters, pp.UsecPerIter)
 	wb := writeBW(t, aw, bw, na, nb, 65536, 100)
