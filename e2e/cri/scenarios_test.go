@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/rdma-netns/rdma-netns/e2e/cri/cririg"
-	"github.com/rdma-netns/rdma-netns/e2e/internal/rig"
 )
 
 // In exclusive mode the default network's chain, which has rdma-netns,
@@ -144,9 +143,8 @@ func TestPodsExchangeTraffic(t *testing.T) {
 		}
 	}
 
-	pp := pingPong(t, a, b, 4096, 200)
+	pp, bw := ctd.MustExchange(t, ctx, a.endpoint(), b.endpoint(), 200)
 	t.Logf("ibv_rc_pingpong %s -> %s: %d bytes, %d iters, %.2f usec/iter", b.net.RDMA, a.net.RDMA, pp.Bytes, pp.Iters, pp.UsecPerIter)
-	bw := writeBW(t, a, b, 65536, 200)
 	t.Logf("ib_write_bw %s -> %s: %d iters of %d bytes, average %.2f MB/s", b.net.RDMA, a.net.RDMA, bw.Iters, bw.Bytes, bw.AverageMBps)
 
 	a.stop(t)
@@ -179,21 +177,3 @@ func hasCap(status string, bit uint) bool {
 }
 
 func (p tools) endpoint() cririg.Endpoint { return cririg.Endpoint{Ctr: p.ctr, Net: p.net} }
-
-func pingPong(t *testing.T, srv, cli tools, size, iters int) rig.PingPong {
-	t.Helper()
-	pp, err := ctd.PingPong(ctx(t), srv.endpoint(), cli.endpoint(), size, iters)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pp
-}
-
-func writeBW(t *testing.T, srv, cli tools, size, iters int) rig.WriteBW {
-	t.Helper()
-	bw, err := ctd.WriteBW(ctx(t), srv.endpoint(), cli.endpoint(), size, iters)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return bw
-}

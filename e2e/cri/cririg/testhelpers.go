@@ -1,6 +1,11 @@
 package cririg
 
-import "testing"
+import (
+	"context"
+	"testing"
+
+	"github.com/rdma-netns/rdma-netns/e2e/internal/rig"
+)
 
 // SkipUnlessExclusive skips a test written for the exclusive-mode VM.
 func SkipUnlessExclusive(t testing.TB) {
@@ -19,4 +24,21 @@ func MustNetworkOf(t testing.TB, handler string) Network {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// MustExchange runs the two exchanges the CRI tests check pods with,
+// ibv_rc_pingpong of 4KiB messages and ib_write_bw of 64KiB writes, iters
+// of each, from cli to srv, each under a context of its own from ctx; an
+// exchange that fails fails t.
+func (c *Containerd) MustExchange(t *testing.T, ctx func(*testing.T) context.Context, srv, cli Endpoint, iters int) (rig.PingPong, rig.WriteBW) {
+	t.Helper()
+	pp, err := c.PingPong(ctx(t), srv, cli, 4096, iters)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bw, err := c.WriteBW(ctx(t), srv, cli, 65536, iters)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pp, bw
 }

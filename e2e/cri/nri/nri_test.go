@@ -329,9 +329,8 @@ func TestUnprivilegedPods(t *testing.T) {
 	}
 
 	na, nb := cririg.MustNetworkOf(t, "rdma-eth1"), cririg.MustNetworkOf(t, "rdma-eth2")
-	pp := pingPong(t, aw, bw, na, nb, 4096, 100)
+	pp, wb := ctd.MustExchange(t, ctx, cririg.Endpoint{Ctr: aw, Net: na}, cririg.Endpoint{Ctr: bw, Net: nb}, 100)
 	t.Logf("ibv_rc_pingpong between unprivileged containers: %d bytes, %d iters, %.2f usec/iter", pp.Bytes, pp.Iters, pp.UsecPerIter)
-	wb := writeBW(t, aw, bw, na, nb, 65536, 100)
 	t.Logf("ib_write_bw between unprivileged containers: %d iters of %d bytes, average %.2f MB/s", wb.Iters, wb.Bytes, wb.AverageMBps)
 
 	// Isolation: exclusive mode, not the device cgroup, keeps pods apart.
@@ -536,22 +535,4 @@ func runtimeMemlock(t *testing.T) string {
 	}
 	t.Fatalf("no memlock in containerd's limits:\n%s", data)
 	return ""
-}
-
-func pingPong(t *testing.T, srv, cli *cririg.Container, sn, cn cririg.Network, size, iters int) rig.PingPong {
-	t.Helper()
-	pp, err := ctd.PingPong(ctx(t), cririg.Endpoint{Ctr: srv, Net: sn}, cririg.Endpoint{Ctr: cli, Net: cn}, size, iters)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pp
-}
-
-func writeBW(t *testing.T, srv, cli *cririg.Container, sn, cn cririg.Network, size, iters int) rig.WriteBW {
-	t.Helper()
-	bw, err := ctd.WriteBW(ctx(t), cririg.Endpoint{Ctr: srv, Net: sn}, cririg.Endpoint{Ctr: cli, Net: cn}, size, iters)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return bw
 }
