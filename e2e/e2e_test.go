@@ -53,10 +53,7 @@ func TestSeedChain(t *testing.T) {
 				t.Fatalf("CHECK on a healthy pod: %v", err)
 			}
 
-			mustDel(t, c, l, p.rt("net1"))
-			wantRDMA(t, n.RDMA, []string{""}, []string{p.path()})
-			wantNetdev(t, n.Netdev, "")
-			wantNoRecords(t)
+			mustDelHome(t, c, l, p, n)
 		})
 	}
 }

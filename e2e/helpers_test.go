@@ -334,6 +334,16 @@ func attachedPod(t *testing.T, layout, name string, addr int, rdma map[string]an
 	return n, c, l, p
 }
 
+// mustDelHome runs DEL of p's net1 and checks that n's RDMA device and
+// netdev are back on the host and that no record is left.
+func mustDelHome(t *testing.T, c *libcni.CNIConfig, l *libcni.NetworkConfigList, p *pod, n nic) {
+	t.Helper()
+	mustDel(t, c, l, p.rt("net1"))
+	wantRDMA(t, n.RDMA, []string{""}, []string{p.path()})
+	wantNetdev(t, n.Netdev, "")
+	wantNoRecords(t)
+}
+
 func cni(t *testing.T) *libcni.CNIConfig {
 	return libcni.NewCNIConfigWithCacheDir([]string{cniBinDir}, t.TempDir(), nil)
 }

@@ -99,10 +99,7 @@ func TestRecordsWipedThenDel(t *testing.T) {
 				t.Fatal("the retried ADD did not record the attachment again")
 			}
 		}
-		mustDel(t, c, l, p.rt("net1"))
-		wantRDMA(t, n.RDMA, []string{""}, []string{p.path()})
-		wantNetdev(t, n.Netdev, "")
-		wantNoRecords(t)
+		mustDelHome(t, c, l, p, n)
 	}
 }
 
