@@ -34,14 +34,7 @@ const doctorHelperEnv = "RDMA_NETNS_DOCTOR_WORKLOAD"
 // TestDoctorWorkloadProcess is not a test: it is the process startWorkload
 // runs in a pod. It sets itself up and becomes `sleep 1000`.
 func TestDoctorWorkloadProcess(t *testing.T) {
-	kind := os.Getenv(doctorHelperEnv)
-	if kind == "" {
-		t.Skip("helper process for the doctor tests")
-	}
-	if err := becomeWorkload(kind); err != nil {
-		fmt.Fprintf(os.Stderr, "workload: %v\n", err)
-		os.Exit(1)
-	}
+	helperProcess(t, doctorHelperEnv, "doctor", becomeWorkload)
 }
 
 func becomeWorkload(kind string) error {

@@ -83,6 +83,20 @@ func allHome() error {
 	return nil
 }
 
+// helperProcess is the body of a test that is not one: the process a test
+// of the named tests starts in a pod with env set to the kind of workload
+// to become. Run as a test (env unset), it skips.
+func helperProcess(t *testing.T, env, tests string, become func(kind string) error) {
+	kind := os.Getenv(env)
+	if kind == "" {
+		t.Skip("helper process for the " + tests + " tests")
+	}
+	if err := become(kind); err != nil {
+		fmt.Fprintf(os.Stderr, "workload: %v\n", err)
+		os.Exit(1)
+	}
+}
+
 func records() []string { return rig.Records(stateDir) }
 
 func contains(list []string, s string) bool { return rig.Contains(list, s) }

@@ -280,14 +280,7 @@ const (
 // TestTrafficWorkloadProcess is not a test: it is the process
 // startStarvedWorkload runs in a pod.
 func TestTrafficWorkloadProcess(t *testing.T) {
-	kind := os.Getenv(starvedWorkloadEnv)
-	if kind == "" {
-		t.Skip("helper process for the traffic tests")
-	}
-	if err := becomeStarvedWorkload(kind); err != nil {
-		fmt.Fprintf(os.Stderr, "workload: %v\n", err)
-		os.Exit(1)
-	}
+	helperProcess(t, starvedWorkloadEnv, "traffic", becomeStarvedWorkload)
 }
 
 func becomeStarvedWorkload(kind string) error {
