@@ -47,16 +47,23 @@ func rdmaOf(t *testing.T, netdev string) string {
 // nicNamed is the VM NIC whose netdev is netdev.
 func nicNamed(t *testing.T, netdev string) rig.NIC {
 	t.Helper()
+	return vmNIC(t, func(n rig.NIC) bool { return n.Netdev == netdev }, netdev)
+}
+
+// vmNIC is the VM NIC that match picks (the layout file's first); what
+// names it in the failure.
+func vmNIC(t *testing.T, match func(rig.NIC) bool, what string) rig.NIC {
+	t.Helper()
 	nics, err := rig.Layout()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, n := range nics {
-		if n.Netdev == netdev {
+		if match(n) {
 			return n
 		}
 	}
-	t.Fatalf("the VM has no NIC %s", netdev)
+	t.Fatalf("the VM has no NIC %s", what)
 	return rig.NIC{}
 }
 
