@@ -89,9 +89,13 @@ func (p *Proc) name() string {
 }
 
 // Exited tells whether the tool has exited.
-func (p *Proc) Exited() bool {
+func (p *Proc) Exited() bool { return Closed(p.done) }
+
+// Closed tells, without waiting, whether done is closed: whether the
+// process whose end it marks has ended.
+func Closed(done <-chan struct{}) bool {
 	select {
-	case <-p.done:
+	case <-done:
 		return true
 	default:
 		return false
