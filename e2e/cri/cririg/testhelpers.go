@@ -2,6 +2,10 @@ package cririg
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/rdma-netns/rdma-netns/e2e/internal/rig"
@@ -41,4 +45,32 @@ func (c *Containerd) MustExchange(t *testing.T, ctx func(*testing.T) context.Con
 		t.Fatal(err)
 	}
 	return pp, bw
+}
+
+// MustMemlockKiB is containerd's soft memlock limit as `ulimit -l` prints
+// it (KiB, or "unlimited"): what a container gets from the runtime when
+// nothing sets it. A limit it cannot read fails t.
+func (c *Containerd) MustMemlockKiB(t testing.TB) string {
+	t.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/limits", c.Pid()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(data), "\n") {
+		rest, ok := strings.CutPrefix(l, "Max locked memory")
+		f := strings.Fields(rest)
+		if !ok || len(f) == 0 {
+			continue
+		}
+		if f[0] == "unlimited" {
+			return f[0]
+		}
+		n, err := strconv.ParseUint(f[0], 10, 64)
+		if err != nil {
+			t.Fatalf("containerd's limits: %q", l)
+		}
+		return strconv.FormatUint(n/1024, 10)
+	}
+	t.Fatalf("no memlock in containerd's limits:\n%s", data)
+	return ""
 }

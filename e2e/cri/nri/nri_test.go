@@ -486,7 +486,7 @@ func TestSharedModeNothingForAnyone(t *testing.T) {
 	}
 	plain := runContainer(t, runPod(t, cririg.PodSpec{Name: "nri-shared-plain", Handler: plainHandler}), unprivileged("worker"))
 	rdma := runContainer(t, runPod(t, cririg.PodSpec{Name: "nri-shared-rdma", Handler: sharedHandler}), unprivileged("worker"))
-	memlock := runtimeMemlock(t)
+	memlock := ctd.MustMemlockKiB(t)
 	for _, c := range []*cririg.Container{plain, rdma} {
 		devs, err := rig.RDMAIn(c.Pod.Netns)
 		if err != nil || len(devs) == 0 {
@@ -508,31 +508,4 @@ func TestSharedModeNothingForAnyone(t *testing.T) {
 			t.Errorf("the plugin's log has no decision for %s naming shared mode:\n%s", c.Pod.Spec.Name, l)
 		}
 	}
-}
-
-// runtimeMemlock is the memlock soft limit containerd's containers inherit
-// from it (its own), as `ulimit -l` prints it.
-func runtimeMemlock(t *testing.T) string {
-	t.Helper()
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/limits", ctd.Pid()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, l := range strings.Split(string(data), "\n") {
-		rest, ok := strings.CutPrefix(l, "Max locked memory")
-		f := strings.Fields(rest)
-		if !ok || len(f) == 0 {
-			continue
-		}
-		if f[0] == "unlimited" {
-			return f[0]
-		}
-		n, err := strconv.ParseUint(f[0], 10, 64)
-		if err != nil {
-			t.Fatalf("containerd's limits: %q", l)
-		}
-		return strconv.FormatUint(n/1024, 10)
-	}
-	t.Fatalf("no memlock in containerd's limits:\n%s", data)
-	return ""
 }
