@@ -128,14 +128,7 @@ func TestRuntimeClassPod(t *testing.T) {
 		Spec: corev1.PodSpec{
 			RuntimeClassName:              &class,
 			TerminationGracePeriodSeconds: new(int64),
-			Containers: []corev1.Container{{
-				Name: "tools", Image: cririg.ToolsImage, ImagePullPolicy: corev1.PullNever,
-				Command: []string{"sleep", "3600"},
-				SecurityContext: &corev1.SecurityContext{
-					AllowPrivilegeEscalation: new(bool),
-					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-				},
-			}},
+			Containers:                    []corev1.Container{unprivilegedTools("tools", "3600")},
 		},
 	}
 	createPod(t, pod)
