@@ -50,6 +50,19 @@ func nicNamed(t *testing.T, netdev string) rig.NIC {
 	return vmNIC(t, func(n rig.NIC) bool { return n.Netdev == netdev }, netdev)
 }
 
+// wantOnlyRDMA checks that the pod's netns holds dev and no other RDMA
+// device.
+func wantOnlyRDMA(t *testing.T, netns, dev string) {
+	t.Helper()
+	in, err := rig.RDMAIn(netns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(in) != 1 || in[0] != dev {
+		t.Errorf("pod's netns has RDMA devices %v, want [%s]", in, dev)
+	}
+}
+
 // vmNIC is the VM NIC that match picks (the layout file's first); what
 // names it in the failure.
 func vmNIC(t *testing.T, match func(rig.NIC) bool, what string) rig.NIC {
@@ -97,13 +110,7 @@ func TestNCCLPod(t *testing.T) {
 	if !rig.Contains(links, "eth0") || !rig.Contains(links, "net1") {
 		t.Errorf("pod's netdevs %v, want eth0 (cluster network) and net1", links)
 	}
-	in, err := rig.RDMAIn(netns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(in) != 1 || in[0] != dev {
-		t.Errorf("pod's netns has RDMA devices %v, want [%s]", in, dev)
-	}
+	wantOnlyRDMA(t, netns, dev)
 
 	status, raw := networkStatus(t, ns, name)
 	if attachment(status, "default/rdma-net", "net1") == nil {

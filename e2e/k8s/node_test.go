@@ -139,13 +139,7 @@ func TestRuntimeClassPod(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	in, err := rig.RDMAIn(netns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(in) != 1 || in[0] != n.RDMA {
-		t.Errorf("pod's netns has RDMA devices %v, want [%s]", in, n.RDMA)
-	}
+	wantOnlyRDMA(t, netns, n.RDMA)
 	if rig.HostHas(t, n.RDMA) {
 		t.Errorf("%s is still in the host netns with the pod running", n.RDMA)
 	}
