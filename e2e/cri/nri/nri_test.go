@@ -188,6 +188,46 @@ func runContainer(t *testing.T, pod *cririg.Pod, spec cririg.ContainerSpec) *cri
 	return c
 }
 
+// runWorkers runs a pod of each spec in namespace nri-test all at once, as
+// a node starts its pods, each with an unprivileged container "worker",
+// and returns the workers and how long each took to be created and
+// started. A pod or container that fails fails t; the pods are removed at
+// the end of the test.
+func runWorkers(t *testing.T, specs []cririg.PodSpec) ([]*cririg.Container, []time.Duration) {
+	t.Helper()
+	ctrs := make([]*cririg.Container, len(specs))
+	took := make([]time.Duration, len(specs))
+	errs := make([]error, len(specs))
+	var wg sync.WaitGroup
+	for i, sp := range specs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sp.Namespace = "nri-test"
+			p, err := ctd.RunPod(context.Background(), sp)
+			if p != nil {
+				t.Cleanup(func() {
+					ctd.StopPod(context.Background(), p.ID)
+					ctd.RemovePod(context.Background(), p.ID)
+				})
+			}
+			if errs[i] = err; err != nil {
+				return
+			}
+			start := time.Now()
+			ctrs[i], errs[i] = ctd.RunContainer(context.Background(), p, unprivileged("worker"))
+			took[i] = time.Since(start)
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return ctrs, took
+}
+
 func sh(t *testing.T, c *cririg.Container, script string) string {
 	t.Helper()
 	r, err := ctd.Exec(ctx(t), c, time.Minute, "sh", "-c", script)
@@ -357,34 +397,7 @@ func TestPolicy(t *testing.T) {
 		{Name: "nri-capped", Handler: "rdma-eth2", Annotations: map[string]string{"rdma-netns.io/shm-size": "512Mi"}, MemLimit: 256 << 20},
 		{Name: "nri-kept", Annotations: map[string]string{"rdma-netns.io/shm-size": "keep"}},
 	}
-	ctrs := make([]*cririg.Container, len(specs))
-	errs := make([]error, len(specs))
-	var wg sync.WaitGroup
-	for i, sp := range specs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var p *cririg.Pod
-			sp.Namespace = "nri-test"
-			p, errs[i] = ctd.RunPod(context.Background(), sp)
-			if p == nil {
-				return
-			}
-			t.Cleanup(func() {
-				ctd.StopPod(context.Background(), p.ID)
-				ctd.RemovePod(context.Background(), p.ID)
-			})
-			if errs[i] == nil {
-				ctrs[i], errs[i] = ctd.RunContainer(context.Background(), p, unprivileged("worker"))
-			}
-		}()
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	ctrs, _ := runWorkers(t, specs)
 	plain, skipped, capped, kept := ctrs[0], ctrs[1], ctrs[2], ctrs[3]
 
 	if devs, err := rig.RDMAIn(plain.Pod.Netns); err != nil || len(devs) != 0 {
