@@ -85,38 +85,33 @@ func PingPongBetween(ctx context.Context, srv, cli Peer, size, iters int) (PingP
 // WriteBWBetween runs ib_write_bw (iters RDMA WRITEs of size bytes) from
 // cli into srv's memory and returns the client's figures.
 func WriteBWBetween(ctx context.Context, srv, cli Peer, size, iters int) (WriteBW, error) {
-	out, err := perftestBetween(ctx, srv, cli, WriteBWArgs(srv.Dev, size, iters, ""), WriteBWArgs(cli.Dev, size, iters, srv.IP))
-	if err != nil {
-		return WriteBW{}, err
-	}
-	bw, err := ParseWriteBW(out)
-	if err == nil {
-		err = wantRun("ib_write_bw", bw.Bytes, bw.Iters, size, iters, out)
-	}
-	return bw, err
+	return perftestRun(ctx, srv, cli, "ib_write_bw", size, iters, ParseWriteBW, func(r WriteBW) (int, int) { return r.Bytes, r.Iters })
 }
 
 // SendLatBetween runs ib_send_lat (iters round trips of RC sends of size
 // bytes) between cli and srv and returns the client's figures.
 func SendLatBetween(ctx context.Context, srv, cli Peer, size, iters int) (SendLat, error) {
-	out, err := perftestBetween(ctx, srv, cli, SendLatArgs(srv.Dev, size, iters, ""), SendLatArgs(cli.Dev, size, iters, srv.IP))
-	if err != nil {
-		return SendLat{}, err
-	}
-	lat, err := ParseSendLat(out)
-	if err == nil {
-		err = wantRun("ib_send_lat", lat.Bytes, lat.Iters, size, iters, out)
-	}
-	return lat, err
+	return perftestRun(ctx, srv, cli, "ib_send_lat", size, iters, ParseSendLat, func(r SendLat) (int, int) { return r.Bytes, r.Iters })
 }
 
-// wantRun says whether a perftest tool ran the iterations of the size it
-// was asked for: a run cut short reports figures for fewer.
-func wantRun(tool string, bytes, iters, size, wantIters int, out string) error {
-	if iters != wantIters || bytes != size {
-		return fmt.Errorf("%s: %d iterations of %d bytes, want %d of %d:\n%s", tool, iters, bytes, wantIters, size, out)
+// perftestRun runs perftest's tool between srv and cli (perftestBetween),
+// reads the client's figures with parse and checks, with ran, that the run
+// was of the size and length asked for: a run cut short reports figures
+// for fewer iterations.
+func perftestRun[R any](ctx context.Context, srv, cli Peer, tool string, size, iters int, parse func(string) (R, error), ran func(R) (bytes, iters int)) (R, error) {
+	out, err := perftestBetween(ctx, srv, cli, perftestArgs(tool, srv.Dev, size, iters, ""), perftestArgs(tool, cli.Dev, size, iters, srv.IP))
+	if err != nil {
+		var none R
+		return none, err
 	}
-	return nil
+	r, err := parse(out)
+	if err != nil {
+		return r, err
+	}
+	if gotBytes, gotIters := ran(r); gotIters != iters || gotBytes != size {
+		return r, fmt.Errorf("%s: %d iterations of %d bytes, want %d of %d:\n%s", tool, gotIters, gotBytes, iters, size, out)
+	}
+	return r, nil
 }
 
 // perftestBetween runs a perftest tool's server in srv and its client in
