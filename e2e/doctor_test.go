@@ -34,14 +34,7 @@ const doctorHelperEnv = "RDMA_NETNS_DOCTOR_WORKLOAD"
 // TestDoctorWorkloadProcess is not a test: it is the process startWorkload
 // runs in a pod. It sets itself up and becomes `sleep 1000`.
 func TestDoctorWorkloadProcess(t *testing.T) {
-	kind := os.Getenv(doctorHelperEnv)
-	if kind == "" {
-		t.Skip("helper process for the doctor tests")
-	}
-	if err := becomeWorkload(kind); err != nil {
-		fmt.Fprintf(os.Stderr, "workload: %v\n", err)
-		os.Exit(1)
-	}
+	helperProcess(t, doctorHelperEnv, "doctor", becomeWorkload)
 }
 
 func becomeWorkload(kind string) error {
@@ -189,11 +182,7 @@ func deviceIn(t *testing.T, devs []doctor.Device, name string) doctor.Device {
 // work) and is warned about /dev/shm, with the fixes; exit status 1.
 func TestDoctorPodLowLimits(t *testing.T) {
 	requireMode(t, "exclusive")
-	n := nicBy(t, "pf")
-	c := cni(t)
-	l := chain(t, "rdma-doctor", n.Netdev, 70, nil)
-	p := newPod(t, "doctor-low")
-	mustAdd(t, c, l, p.rt("net1"))
+	n, _, _, p := attachedPod(t, "pf", "rdma-doctor", 70, nil, "doctor-low")
 	pid := startWorkload(t, p.path(), "low")
 	subj := fmt.Sprintf("pid %d", pid)
 
@@ -223,11 +212,7 @@ func TestDoctorPodLowLimits(t *testing.T) {
 // A pod whose workload has what RDMA needs gets no warning at all.
 func TestDoctorPodHealthy(t *testing.T) {
 	requireMode(t, "exclusive")
-	n := nicBy(t, "child")
-	c := cni(t)
-	l := chain(t, "rdma-doctor", n.Netdev, 71, nil)
-	p := newPod(t, "doctor-ok")
-	mustAdd(t, c, l, p.rt("net1"))
+	n, _, _, p := attachedPod(t, "child", "rdma-doctor", 71, nil, "doctor-ok")
 	pid := startWorkload(t, p.path(), "high")
 
 	r, code := runDoctor(t, "--netns", p.path())
@@ -275,11 +260,7 @@ func TestDoctorLeak(t *testing.T) {
 // netns owned by the attachment, and the record as consistent.
 func TestDoctorNodeAfterAdd(t *testing.T) {
 	requireMode(t, "exclusive")
-	n := nicBy(t, "child")
-	c := cni(t)
-	l := chain(t, "rdma-doctor", n.Netdev, 72, nil)
-	p := newPod(t, "doctor-node")
-	mustAdd(t, c, l, p.rt("net1"))
+	n, _, _, p := attachedPod(t, "child", "rdma-doctor", 72, nil, "doctor-node")
 
 	r, code := runDoctor(t)
 	if code != 0 {

@@ -53,10 +53,7 @@ func TestSeedChain(t *testing.T) {
 				t.Fatalf("CHECK on a healthy pod: %v", err)
 			}
 
-			mustDel(t, c, l, p.rt("net1"))
-			wantRDMA(t, n.RDMA, []string{""}, []string{p.path()})
-			wantNetdev(t, n.Netdev, "")
-			wantNoRecords(t)
+			mustDelHome(t, c, l, p, n)
 		})
 	}
 }
@@ -98,11 +95,7 @@ func TestDeviceSelection(t *testing.T) {
 
 func TestCheckDetectsDeviceTakenAway(t *testing.T) {
 	requireMode(t, "exclusive")
-	n := nicBy(t, "child")
-	c := cni(t)
-	l := chain(t, "rdma-check", n.Netdev, 3, nil)
-	p := newPod(t, "check")
-	mustAdd(t, c, l, p.rt("net1"))
+	n, c, l, p := attachedPod(t, "child", "rdma-check", 3, nil, "check")
 	// Someone on the node takes the device back behind the plugin's back.
 	moveOutByNetlink(t, p.path(), n.RDMA)
 	wantRDMA(t, n.RDMA, []string{""}, []string{p.path()})
@@ -212,11 +205,7 @@ func TestDelAfterNetnsDeleted(t *testing.T) {
 
 func TestDelAfterDeviceVanished(t *testing.T) {
 	requireMode(t, "exclusive")
-	n := nicBy(t, "pf")
-	c := cni(t)
-	l := chain(t, "rdma-vanish", n.Netdev, 6, nil)
-	p := newPod(t, "vanish")
-	mustAdd(t, c, l, p.rt("net1"))
+	n, c, l, p := attachedPod(t, "pf", "rdma-vanish", 6, nil, "vanish")
 	// The driver unbinds (firmware reset, hot unplug): the device is gone.
 	if err := ns.WithNetNSPath(p.path(), func(ns.NetNS) error { return netlink.RdmaLinkDel(n.RDMA) }); err != nil {
 		t.Fatalf("remove %s: %v", n.RDMA, err)

@@ -92,11 +92,7 @@ func TestQoSTrafficClassUnsupportedRollsBack(t *testing.T) {
 
 func TestRenameInPod(t *testing.T) {
 	requireMode(t, "exclusive")
-	n := nicBy(t, "udev")
-	c := cni(t)
-	l := chain(t, "rdma-name", n.Netdev, 73, map[string]any{"rdmaDevName": "rdma_net1"})
-	p := newPod(t, "name")
-	mustAdd(t, c, l, p.rt("net1"))
+	n, c, l, p := attachedPod(t, "udev", "rdma-name", 73, map[string]any{"rdmaDevName": "rdma_net1"}, "name")
 	wantRDMA(t, "rdma_net1", []string{p.path()}, []string{""})
 	wantRDMA(t, n.RDMA, nil, []string{p.path(), ""})
 	if nd, err := rdmaLinkNetdev(p.path(), "rdma_net1"); err != nil || nd != "net1" {

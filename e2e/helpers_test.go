@@ -83,6 +83,20 @@ func allHome() error {
 	return nil
 }
 
+// helperProcess is the body of a test that is not one: the process a test
+// of the named tests starts in a pod with env set to the kind of workload
+// to become. Run as a test (env unset), it skips.
+func helperProcess(t *testing.T, env, tests string, become func(kind string) error) {
+	kind := os.Getenv(env)
+	if kind == "" {
+		t.Skip("helper process for the " + tests + " tests")
+	}
+	if err := become(kind); err != nil {
+		fmt.Fprintf(os.Stderr, "workload: %v\n", err)
+		os.Exit(1)
+	}
+}
+
 func records() []string { return rig.Records(stateDir) }
 
 func contains(list []string, s string) bool { return rig.Contains(list, s) }
@@ -320,6 +334,28 @@ func conflist(t *testing.T, name string, plugins ...map[string]any) *libcni.Netw
 		t.Fatal(err)
 	}
 	return l
+}
+
+// attachedPod is where most tests start: layout's NIC added to a new pod
+// (id) as net1 through chain name (address addr, rdma-netns options rdma).
+func attachedPod(t *testing.T, layout, name string, addr int, rdma map[string]any, id string) (nic, *libcni.CNIConfig, *libcni.NetworkConfigList, *pod) {
+	t.Helper()
+	n := nicBy(t, layout)
+	c := cni(t)
+	l := chain(t, name, n.Netdev, addr, rdma)
+	p := newPod(t, id)
+	mustAdd(t, c, l, p.rt("net1"))
+	return n, c, l, p
+}
+
+// mustDelHome runs DEL of p's net1 and checks that n's RDMA device and
+// netdev are back on the host and that no record is left.
+func mustDelHome(t *testing.T, c *libcni.CNIConfig, l *libcni.NetworkConfigList, p *pod, n nic) {
+	t.Helper()
+	mustDel(t, c, l, p.rt("net1"))
+	wantRDMA(t, n.RDMA, []string{""}, []string{p.path()})
+	wantNetdev(t, n.Netdev, "")
+	wantNoRecords(t)
 }
 
 func cni(t *testing.T) *libcni.CNIConfig {

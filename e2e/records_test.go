@@ -99,10 +99,7 @@ func TestRecordsWipedThenDel(t *testing.T) {
 				t.Fatal("the retried ADD did not record the attachment again")
 			}
 		}
-		mustDel(t, c, l, p.rt("net1"))
-		wantRDMA(t, n.RDMA, []string{""}, []string{p.path()})
-		wantNetdev(t, n.Netdev, "")
-		wantNoRecords(t)
+		mustDelHome(t, c, l, p, n)
 	}
 }
 
@@ -184,15 +181,8 @@ func TestWrongDeviceIndexHint(t *testing.T) {
 // not this pod's; ADD starts afresh and DEL returns the device.
 func TestSandboxIDReusedWithNewNetns(t *testing.T) {
 	requireMode(t, "exclusive")
-	n := nicBy(t, "child")
-	c := cni(t)
-	l := chain(t, "rdma-reuse", n.Netdev, 96, nil)
-	p := newPod(t, "reuse")
-	path := p.path()
-	mustAdd(t, c, l, p.rt("net1"))
-	p.destroy()
-	waitRDMA(t, n.RDMA, "")
-	mountNetnsAt(t, path)
+	n, c, l, p := attachedPod(t, "child", "rdma-reuse", 96, nil, "reuse")
+	path := newNetnsAtPath(t, p, n.RDMA)
 	rt := &libcni.RuntimeConf{ContainerID: "reuse", NetNS: path, IfName: "net1"}
 	mustAdd(t, c, l, rt)
 	wantRDMA(t, n.RDMA, []string{path}, []string{""})
@@ -205,18 +195,12 @@ func TestSandboxIDReusedWithNewNetns(t *testing.T) {
 // runs: the device that netns holds is not the attachment's and stays.
 func TestReusedNetnsPathIsNotThePod(t *testing.T) {
 	requireMode(t, "exclusive")
-	n, other := nicBy(t, "pf"), nicBy(t, "udev")
-	c := cni(t)
-	l := chain(t, "rdma-pathreuse", n.Netdev, 97, nil)
+	other := nicBy(t, "udev")
+	n, c, _, p := attachedPod(t, "pf", "rdma-pathreuse", 97, nil, "pathreuse")
 	lo := chain(t, "rdma-pathreuse-other", other.Netdev, 98, nil)
-	p := newPod(t, "pathreuse")
-	path := p.path()
-	mustAdd(t, c, l, p.rt("net1"))
-	p.destroy()
-	waitRDMA(t, n.RDMA, "")
 	// Another pod's netns now answers at the same path, with its own
 	// device on its own net1.
-	mountNetnsAt(t, path)
+	path := newNetnsAtPath(t, p, n.RDMA)
 	ort := &libcni.RuntimeConf{ContainerID: "pathreuse-other", NetNS: path, IfName: "net1"}
 	mustAdd(t, c, lo, ort)
 	// The old pod's DEL of its rdma-netns step, with the reused path.
@@ -229,6 +213,18 @@ func TestReusedNetnsPathIsNotThePod(t *testing.T) {
 	mustDel(t, c, lo, ort)
 	wantRDMA(t, other.RDMA, []string{""}, nil)
 	wantNoRecords(t)
+}
+
+// newNetnsAtPath deletes p's netns, waits for the kernel to return dev to
+// the host, and mounts a new netns at the path p's had: a path the
+// runtime may pass again now names another netns. It returns the path.
+func newNetnsAtPath(t *testing.T, p *pod, dev string) string {
+	t.Helper()
+	path := p.path()
+	p.destroy()
+	waitRDMA(t, dev, "")
+	mountNetnsAt(t, path)
+	return path
 }
 
 // waitRDMA waits for the kernel to return a device to a netns: netns

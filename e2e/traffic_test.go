@@ -158,35 +158,51 @@ func TestTrafficSurvivesRefusedAdd(t *testing.T) {
 	pa := attachTrafficPod(t, "traffic-busy-a", a, 84, nil)
 	pb := attachTrafficPod(t, "traffic-busy-b", b, 85, nil)
 
-	// Endless for this test: it stops the ping-pong itself.
-	const size, iters = 4096, 1000000
-	srv, err := rig.StartServer(pa.ep, rig.PingPongArgs(pa.ep.Dev, size, iters, "")...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Kill()
-	cli, err := rig.Start(rig.InPod(pb.ep.Netns, rig.PingPongArgs(pb.ep.Dev, size, iters, pa.ep.IP)...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Kill()
+	srv, cli := endlessPingPong(t, pa, pb)
 	waitSending(t, pb.ep, cli)
 
 	c := cni(t)
 	lc := chain(t, "rdma-traffic", third.Netdev, 86, map[string]any{"rdmaDevice": a.RDMA})
 	pc := newPod(t, "traffic-intruder")
-	_, err = add(t, c, lc, pc.rt("net1"))
+	_, err := add(t, c, lc, pc.rt("net1"))
 	wantErrContains(t, err, a.RDMA, "rdma-traffic/traffic-busy-a/net1")
 	mustDel(t, c, lc, pc.rt("net1"))
 	wantRDMA(t, a.RDMA, []string{pa.path()}, []string{"", pc.path()})
 
 	// Still running, and both devices still sending.
-	waitSending(t, pb.ep, cli)
-	waitSending(t, pa.ep, srv)
+	killMidTraffic(t, pa, pb, srv, cli)
+}
+
+// endlessPingPong starts ibv_rc_pingpong between a (the server) and b
+// (the client) for more round trips than a test lasts: the test stops it,
+// or its cleanup does.
+func endlessPingPong(t *testing.T, a, b *trafficPod) (srv, cli *rig.Proc) {
+	t.Helper()
+	const size, iters = 4096, 1000000
+	srv, err := rig.StartServer(a.ep, rig.PingPongArgs(a.ep.Dev, size, iters, "")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Kill)
+	cli, err = rig.Start(rig.InPod(b.ep.Netns, rig.PingPongArgs(b.ep.Dev, size, iters, a.ep.IP)...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cli.Kill)
+	return srv, cli
+}
+
+// killMidTraffic waits until both devices are sending, then kills both
+// sides of the exchange and deletes both pods, as kubelet does: no record
+// is left.
+func killMidTraffic(t *testing.T, a, b *trafficPod, srv, cli *rig.Proc) {
+	t.Helper()
+	waitSending(t, b.ep, cli)
+	waitSending(t, a.ep, srv)
 	cli.Kill()
 	srv.Kill()
-	pa.del(t)
-	pb.del(t)
+	a.del(t)
+	b.del(t)
 	wantNoRecords(t)
 }
 
@@ -231,22 +247,8 @@ func TestTrafficPodKilledThenDel(t *testing.T) {
 	pa := attachTrafficPod(t, "traffic-kill-a", a, 87, nil)
 	pb := attachTrafficPod(t, "traffic-kill-b", b, 88, nil)
 
-	srv, err := rig.StartServer(pa.ep, rig.PingPongArgs(pa.ep.Dev, 4096, 1000000, "")...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cli, err := rig.Start(rig.InPod(pb.ep.Netns, rig.PingPongArgs(pb.ep.Dev, 4096, 1000000, pa.ep.IP)...))
-	if err != nil {
-		srv.Kill()
-		t.Fatal(err)
-	}
-	waitSending(t, pb.ep, cli)
-	waitSending(t, pa.ep, srv)
-	cli.Kill()
-	srv.Kill()
-	pa.del(t)
-	pb.del(t)
-	wantNoRecords(t)
+	srv, cli := endlessPingPong(t, pa, pb)
+	killMidTraffic(t, pa, pb, srv, cli)
 
 	for _, n := range []nic{a, b} {
 		wantRDMA(t, n.RDMA, []string{""}, []string{pa.path(), pb.path()})
@@ -278,14 +280,7 @@ const (
 // TestTrafficWorkloadProcess is not a test: it is the process
 // startStarvedWorkload runs in a pod.
 func TestTrafficWorkloadProcess(t *testing.T) {
-	kind := os.Getenv(starvedWorkloadEnv)
-	if kind == "" {
-		t.Skip("helper process for the traffic tests")
-	}
-	if err := becomeStarvedWorkload(kind); err != nil {
-		fmt.Fprintf(os.Stderr, "workload: %v\n", err)
-		os.Exit(1)
-	}
+	helperProcess(t, starvedWorkloadEnv, "traffic", becomeStarvedWorkload)
 }
 
 func becomeStarvedWorkload(kind string) error {

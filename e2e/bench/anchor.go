@@ -54,6 +54,19 @@ func execCNI(c rig.Call) (time.Duration, error) {
 	return r.Wall, nil
 }
 
+// plusMinimalStart is move's time plus one start of the minimal static
+// binary: a plugin's move costs at least that much more, its own start.
+func plusMinimalStart(move func() (time.Duration, error)) func() (time.Duration, error) {
+	return func() (time.Duration, error) {
+		d, err := move()
+		if err != nil {
+			return 0, err
+		}
+		s, err := execT(floorBin)
+		return d + s, err
+	}
+}
+
 func execT(argv ...string) (time.Duration, error) {
 	t0 := time.Now()
 	if out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput(); err != nil {
@@ -143,22 +156,8 @@ func anchors(rep *report, nic rig.NIC, pod *rig.Pod, rounds int, minimalStart ti
 	// The floor as the issue defines it: the kernel's move there and back
 	// in one process, plus two starts of a minimal static Go binary.
 	floor := &contestant{name: "floor: kernel round trip + 2 minimal starts",
-		add: func() (time.Duration, error) {
-			in, err := kernel.in()
-			if err != nil {
-				return 0, err
-			}
-			s, err := execT(floorBin)
-			return in + s, err
-		},
-		del: func() (time.Duration, error) {
-			out, err := kernel.out()
-			if err != nil {
-				return 0, err
-			}
-			s, err := execT(floorBin)
-			return out + s, err
-		},
+		add: plusMinimalStart(kernel.in),
+		del: plusMinimalStart(kernel.out),
 	}
 	floorExec := &contestant{name: "floor program: lookup+move, one exec each way",
 		add: func() (time.Duration, error) { return execT(floorBin, "in", dev, pod.Path()) },

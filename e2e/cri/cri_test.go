@@ -64,15 +64,6 @@ func ctx(t *testing.T) context.Context {
 	return c
 }
 
-func network(t *testing.T, handler string) cririg.Network {
-	t.Helper()
-	n, err := cririg.NetworkOf(handler)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
 // waitHome waits for the devices to be back in the host netns.
 func waitHome(t *testing.T, devs ...string) {
 	t.Helper()

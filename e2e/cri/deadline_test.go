@@ -30,9 +30,7 @@ const deadline = 5 * time.Second
 // before the retry, the retried pod gets its NIC and RDMA device and uses
 // it, and stopping and removing it leaves no record.
 func TestRunPodSandboxDeadline(t *testing.T) {
-	if cririg.NetnsMode() != "exclusive" {
-		t.Skip("the exclusive-mode VM's test")
-	}
+	cririg.SkipUnlessExclusive(t)
 	for _, tc := range []struct{ name, hold string }{
 		{"killed before its move", "ADD"},
 		{"killed after its move", "ADD-RESULT"},
@@ -42,7 +40,7 @@ func TestRunPodSandboxDeadline(t *testing.T) {
 }
 
 func deadlineDuringADD(t *testing.T, hold string) {
-	n := network(t, "rdma-eth1")
+	n := cririg.MustNetworkOf(t, "rdma-eth1")
 	spec := cririg.PodSpec{Name: "deadline", Namespace: "rdma-test", Handler: "rdma-eth1"}
 	if err := cririg.Hold("rdma-netns", hold); err != nil {
 		t.Fatal(err)

@@ -45,9 +45,7 @@ func restart(t *testing.T) {
 // and their devices in place, the restarted one makes no CNI call and finds
 // them ready, and StopPodSandbox after the restart returns the devices.
 func TestKilledWithPodsRunning(t *testing.T) {
-	if cririg.NetnsMode() != "exclusive" {
-		t.Skip("the exclusive-mode VM's test")
-	}
+	cririg.SkipUnlessExclusive(t)
 	a := runTools(t, "keep-a", "rdma-eth1")
 	b := runTools(t, "keep-b", "rdma-eth2")
 	before, err := cririg.Calls()
@@ -99,10 +97,8 @@ func TestKilledWithPodsRunning(t *testing.T) {
 // attachment is then stale; the next ADD drops it, which the pod started
 // afterwards shows. `rdma-netns-cri stress` repeats this at random points.
 func TestKilledDuringRunPodSandbox(t *testing.T) {
-	if cririg.NetnsMode() != "exclusive" {
-		t.Skip("the exclusive-mode VM's test")
-	}
-	n := network(t, "rdma-eth1")
+	cririg.SkipUnlessExclusive(t)
+	n := cririg.MustNetworkOf(t, "rdma-eth1")
 	if err := cririg.Hold("rdma-netns", "ADD"); err != nil {
 		t.Fatal(err)
 	}
@@ -200,10 +196,8 @@ func cniNetns(t *testing.T) []string {
 // back as prevResult). All of it on the default network, whose conflist is
 // /etc/cni/net.d's.
 func TestDelAgainAndCachedResult(t *testing.T) {
-	if cririg.NetnsMode() != "exclusive" {
-		t.Skip("the exclusive-mode VM's test")
-	}
-	n := network(t, "")
+	cririg.SkipUnlessExclusive(t)
+	n := cririg.MustNetworkOf(t, "")
 	pod, err := ctd.RunPod(ctx(t), cririg.PodSpec{Name: "default-net", Namespace: "rdma-test"})
 	if err != nil {
 		t.Fatal(err)

@@ -9,15 +9,12 @@ import (
 	"time"
 
 	"github.com/rdma-netns/rdma-netns/e2e/cri/cririg"
-	"github.com/rdma-netns/rdma-netns/e2e/internal/rig"
 )
 
 // In exclusive mode the default network's chain, which has rdma-netns,
 // answers STATUS, and containerd reports the network ready.
 func TestNetworkReady(t *testing.T) {
-	if cririg.NetnsMode() != "exclusive" {
-		t.Skip("the exclusive-mode VM's test")
-	}
+	cririg.SkipUnlessExclusive(t)
 	before := countCalls(t, "rdma-netns", "STATUS")
 	ready, reason, msg, err := ctd.NetworkReady(ctx(t))
 	if err != nil {
@@ -61,7 +58,7 @@ type tools struct {
 // spec would.
 func runTools(t *testing.T, name, handler string) tools {
 	t.Helper()
-	n := network(t, handler)
+	n := cririg.MustNetworkOf(t, handler)
 	pod, err := ctd.RunPod(ctx(t), cririg.PodSpec{Name: name, Namespace: "rdma-test", Handler: handler})
 	if err != nil {
 		t.Fatal(err)
@@ -109,9 +106,7 @@ func (p tools) stop(t *testing.T) {
 // containers see only their own and exchange verbs traffic; stopping and
 // removing them brings both devices back, with no record left.
 func TestPodsExchangeTraffic(t *testing.T) {
-	if cririg.NetnsMode() != "exclusive" {
-		t.Skip("the exclusive-mode VM's test")
-	}
+	cririg.SkipUnlessExclusive(t)
 	a := runTools(t, "rdma-a", "rdma-eth1")
 	b := runTools(t, "rdma-b", "rdma-eth2")
 
@@ -148,9 +143,8 @@ func TestPodsExchangeTraffic(t *testing.T) {
 		}
 	}
 
-	pp := pingPong(t, a, b, 4096, 200)
+	pp, bw := ctd.MustExchange(t, ctx, a.endpoint(), b.endpoint(), 200)
 	t.Logf("ibv_rc_pingpong %s -> %s: %d bytes, %d iters, %.2f usec/iter", b.net.RDMA, a.net.RDMA, pp.Bytes, pp.Iters, pp.UsecPerIter)
-	bw := writeBW(t, a, b, 65536, 200)
 	t.Logf("ib_write_bw %s -> %s: %d iters of %d bytes, average %.2f MB/s", b.net.RDMA, a.net.RDMA, bw.Iters, bw.Bytes, bw.AverageMBps)
 
 	a.stop(t)
@@ -183,21 +177,3 @@ func hasCap(status string, bit uint) bool {
 }
 
 func (p tools) endpoint() cririg.Endpoint { return cririg.Endpoint{Ctr: p.ctr, Net: p.net} }
-
-func pingPong(t *testing.T, srv, cli tools, size, iters int) rig.PingPong {
-	t.Helper()
-	pp, err := ctd.PingPong(ctx(t), srv.endpoint(), cli.endpoint(), size, iters)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pp
-}
-
-func writeBW(t *testing.T, srv, cli tools, size, iters int) rig.WriteBW {
-	t.Helper()
-	bw, err := ctd.WriteBW(ctx(t), srv.endpoint(), cli.endpoint(), size, iters)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return bw
-}

@@ -80,14 +80,21 @@ func toolsPod(ns, name, network string) *corev1.Pod {
 			Annotations: map[string]string{"k8s.v1.cni.cncf.io/networks": network}},
 		Spec: corev1.PodSpec{
 			TerminationGracePeriodSeconds: new(int64),
-			Containers: []corev1.Container{{
-				Name: "tools", Image: cririg.ToolsImage, ImagePullPolicy: corev1.PullNever,
-				Command: []string{"sleep", "3600"},
-				SecurityContext: &corev1.SecurityContext{
-					AllowPrivilegeEscalation: new(bool),
-					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-				},
-			}},
+			Containers:                    []corev1.Container{unprivilegedTools("tools", "3600")},
+		},
+	}
+}
+
+// unprivilegedTools is a container of the tools image that sleeps for
+// sleep (sleep(1)'s argument), with no privilege escalation and every
+// capability dropped, as a plain pod spec runs a workload.
+func unprivilegedTools(name, sleep string) corev1.Container {
+	return corev1.Container{
+		Name: name, Image: cririg.ToolsImage, ImagePullPolicy: corev1.PullNever,
+		Command: []string{"sleep", sleep},
+		SecurityContext: &corev1.SecurityContext{
+			AllowPrivilegeEscalation: new(bool),
+			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 		},
 	}
 }

@@ -4,6 +4,7 @@ package k8s
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -81,15 +82,5 @@ func selectedDeviceID(t *testing.T, ns, name string) string {
 // nicAt is the VM NIC at a PCI address.
 func nicAt(t *testing.T, pci string) rig.NIC {
 	t.Helper()
-	nics, err := rig.Layout()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range nics {
-		if n.PCI == pci {
-			return n
-		}
-	}
-	t.Fatalf("the VM has no NIC at %s (%s)", pci, rig.LayoutF)
-	return rig.NIC{}
+	return vmNIC(t, func(n rig.NIC) bool { return n.PCI == pci }, fmt.Sprintf("at %s (%s)", pci, rig.LayoutF))
 }

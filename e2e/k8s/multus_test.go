@@ -47,16 +47,36 @@ func rdmaOf(t *testing.T, netdev string) string {
 // nicNamed is the VM NIC whose netdev is netdev.
 func nicNamed(t *testing.T, netdev string) rig.NIC {
 	t.Helper()
+	return vmNIC(t, func(n rig.NIC) bool { return n.Netdev == netdev }, netdev)
+}
+
+// wantOnlyRDMA checks that the pod's netns holds dev and no other RDMA
+// device.
+func wantOnlyRDMA(t *testing.T, netns, dev string) {
+	t.Helper()
+	in, err := rig.RDMAIn(netns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(in) != 1 || in[0] != dev {
+		t.Errorf("pod's netns has RDMA devices %v, want [%s]", in, dev)
+	}
+}
+
+// vmNIC is the VM NIC that match picks (the layout file's first); what
+// names it in the failure.
+func vmNIC(t *testing.T, match func(rig.NIC) bool, what string) rig.NIC {
+	t.Helper()
 	nics, err := rig.Layout()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, n := range nics {
-		if n.Netdev == netdev {
+		if match(n) {
 			return n
 		}
 	}
-	t.Fatalf("the VM has no NIC %s", netdev)
+	t.Fatalf("the VM has no NIC %s", what)
 	return rig.NIC{}
 }
 
@@ -90,13 +110,7 @@ func TestNCCLPod(t *testing.T) {
 	if !rig.Contains(links, "eth0") || !rig.Contains(links, "net1") {
 		t.Errorf("pod's netdevs %v, want eth0 (cluster network) and net1", links)
 	}
-	in, err := rig.RDMAIn(netns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(in) != 1 || in[0] != dev {
-		t.Errorf("pod's netns has RDMA devices %v, want [%s]", in, dev)
-	}
+	wantOnlyRDMA(t, netns, dev)
 
 	status, raw := networkStatus(t, ns, name)
 	if attachment(status, "default/rdma-net", "net1") == nil {

@@ -128,14 +128,7 @@ func TestRuntimeClassPod(t *testing.T) {
 		Spec: corev1.PodSpec{
 			RuntimeClassName:              &class,
 			TerminationGracePeriodSeconds: new(int64),
-			Containers: []corev1.Container{{
-				Name: "tools", Image: cririg.ToolsImage, ImagePullPolicy: corev1.PullNever,
-				Command: []string{"sleep", "3600"},
-				SecurityContext: &corev1.SecurityContext{
-					AllowPrivilegeEscalation: new(bool),
-					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-				},
-			}},
+			Containers:                    []corev1.Container{unprivilegedTools("tools", "3600")},
 		},
 	}
 	createPod(t, pod)
@@ -146,13 +139,7 @@ func TestRuntimeClassPod(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	in, err := rig.RDMAIn(netns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(in) != 1 || in[0] != n.RDMA {
-		t.Errorf("pod's netns has RDMA devices %v, want [%s]", in, n.RDMA)
-	}
+	wantOnlyRDMA(t, netns, n.RDMA)
 	if rig.HostHas(t, n.RDMA) {
 		t.Errorf("%s is still in the host netns with the pod running", n.RDMA)
 	}

@@ -4,7 +4,6 @@ package k8s
 
 import (
 	"encoding/json"
-	"fmt"
 	"os"
 	"regexp"
 	"strconv"
@@ -76,7 +75,7 @@ func TestNoRDMA(t *testing.T) {
 	if lines[0] != "0" {
 		t.Errorf("plain pod: /dev/infiniband has %s entries, want none", lines[0])
 	}
-	if want := containerdMemlockKiB(t); lines[1] != want {
+	if want := ctd.MustMemlockKiB(t); lines[1] != want {
 		t.Errorf("plain pod: ulimit -l %s, want the runtime's own %s", lines[1], want)
 	}
 	if f := strings.Fields(lines[2]); len(f) < 2 || f[1] != strconv.Itoa(64*1024) {
@@ -138,31 +137,6 @@ func errorLines(logs string) string {
 		}
 	}
 	return strings.Join(out, "\n")
-}
-
-// containerdMemlockKiB is containerd's soft memlock limit as `ulimit -l`
-// prints it: what a container gets from the runtime when nothing sets it.
-func containerdMemlockKiB(t *testing.T) string {
-	t.Helper()
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/limits", ctd.Pid()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, l := range strings.Split(string(data), "\n") {
-		if rest, ok := strings.CutPrefix(l, "Max locked memory"); ok {
-			soft := strings.Fields(rest)[0]
-			if soft == "unlimited" {
-				return soft
-			}
-			n, err := strconv.ParseInt(soft, 10, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return strconv.FormatInt(n/1024, 10)
-		}
-	}
-	t.Fatalf("no memlock limit in containerd's /proc/PID/limits")
-	return ""
 }
 
 // vmConf is a setting of /etc/vm.conf (vm-run.sh, scripts/README.md).

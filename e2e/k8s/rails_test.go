@@ -804,6 +804,19 @@ func (ws railWorkers) astrayControl(t *testing.T, n int, srvMACs []string) {
 // (make bench-nodes); 0 skips it, as make e2e-k8s-nodes does.
 var railBenchRounds = flag.Int("k8s.bench-rails", 0, "TestBenchRails: rounds of ib_write_bw on one rail and on two rails at once, alternated (0: skip)")
 
+// requireRailBench skips a rails benchmark unless its rounds are set (by
+// the flag named) and the boot is make bench-nodes's two nodes with the
+// rails' layout.
+func requireRailBench(t *testing.T, rounds int, flagName string) {
+	t.Helper()
+	if rounds == 0 {
+		t.Skip("a benchmark: make bench-nodes runs it (-" + flagName + " N)")
+	}
+	if *nodes < 2 || !railsLayout() {
+		t.Skip("make bench-nodes's two-node boot with the rails' layout runs this")
+	}
+}
+
 // TestBenchRails prints the aggregate ib_write_bw of two rail-optimized
 // rails at once against one rail alone, between one pod per node holding
 // both rails (overlays/nad-rails), rounds of each alternated with the
@@ -812,12 +825,7 @@ var railBenchRounds = flag.Int("k8s.bench-rails", 0, "TestBenchRails: rounds of 
 // ratio says what the emulation lets through, not what two NICs would:
 // figures only; every stream must still keep to its rail (kept).
 func TestBenchRails(t *testing.T) {
-	if *railBenchRounds == 0 {
-		t.Skip("a benchmark: make bench-nodes runs it (-k8s.bench-rails N)")
-	}
-	if *nodes < 2 || !railsLayout() {
-		t.Skip("make bench-nodes's two-node boot with the rails' layout runs this")
-	}
+	requireRailBench(t, *railBenchRounds, "k8s.bench-rails")
 	waitJoined(t, 2, "")
 	applyManifest(t, "nad-rails")
 	ws := startRailWorkers(t, "bench-rails", withDevs(t, optimizedRails))

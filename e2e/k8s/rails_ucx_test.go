@@ -46,12 +46,7 @@ type ucxRailRun struct {
 // the RoCE packets worker 0 sent. Figures only: each allreduce must pass
 // and move its bytes over RDMA, however UCX spreads them.
 func TestBenchRailsUCX(t *testing.T) {
-	if *ucxRailBenchRounds == 0 {
-		t.Skip("a benchmark: make bench-nodes runs it (-k8s.bench-ucx-rails N)")
-	}
-	if *nodes < 2 || !railsLayout() {
-		t.Skip("make bench-nodes's two-node boot with the rails' layout runs this")
-	}
+	requireRailBench(t, *ucxRailBenchRounds, "k8s.bench-ucx-rails")
 	// As TestTwoNodes: the image import and the NADs' apply are
 	// idempotent, the Secret gets a new key, so that this runs the same
 	// after TestBenchJobStart or alone.

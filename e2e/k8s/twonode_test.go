@@ -361,6 +361,11 @@ func spanWorkerPair() []spanWorker {
 // dropped (the NRI plugin gives its container the verbs device nodes and
 // memlock).
 func spanWorkerPod(w spanWorker) *corev1.Pod {
+	worker := unprivilegedTools("worker", "infinity")
+	worker.Resources = corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("128Mi")},
+		Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("256Mi")},
+	}
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: w.name, Namespace: workersNS, Annotations: map[string]string{
 			"k8s.v1.cni.cncf.io/networks": fmt.Sprintf(`[{"name":%q,"ips":["%s/24"]}]`, twoNodeNetwork, w.ip),
@@ -369,18 +374,7 @@ func spanWorkerPod(w spanWorker) *corev1.Pod {
 			RestartPolicy:                 corev1.RestartPolicyNever,
 			TerminationGracePeriodSeconds: new(int64(1)),
 			NodeSelector:                  map[string]string{"kubernetes.io/hostname": cluster.NodeName(w.node)},
-			Containers: []corev1.Container{{
-				Name: "worker", Image: cririg.ToolsImage, ImagePullPolicy: corev1.PullNever,
-				Command: []string{"sleep", "infinity"},
-				SecurityContext: &corev1.SecurityContext{
-					AllowPrivilegeEscalation: new(false),
-					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-				},
-				Resources: corev1.ResourceRequirements{
-					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("128Mi")},
-					Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("256Mi")},
-				},
-			}},
+			Containers:                    []corev1.Container{worker},
 		},
 	}
 }

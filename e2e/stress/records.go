@@ -18,11 +18,7 @@ func rebootRounds(nics []rig.NIC, rounds int) {
 		fault("reboot: every pod netns deleted without DEL")
 		var old []*attachment
 		for i, n := range nics {
-			var extra map[string]any
-			if i == 0 {
-				extra = map[string]any{"rdmaDevName": fmt.Sprintf("boot%d", r)}
-			}
-			a, err := newAttachment(n, fmt.Sprintf("boot-%d-%d-old", r, i), extra, "")
+			a, err := bootSandbox(n, r, i, "old")
 			if err != nil {
 				failf("reboot: %v", err)
 				return
@@ -44,11 +40,7 @@ func rebootRounds(nics []rig.NIC, rounds int) {
 		}
 		var fresh []*attachment
 		for i, n := range nics {
-			var extra map[string]any
-			if i == 0 {
-				extra = map[string]any{"rdmaDevName": fmt.Sprintf("boot%d", r)}
-			}
-			a, err := newAttachment(n, fmt.Sprintf("boot-%d-%d-new", r, i), extra, "")
+			a, err := bootSandbox(n, r, i, "new")
 			if err != nil {
 				failf("reboot: %v", err)
 				return
@@ -77,6 +69,17 @@ func rebootRounds(nics []rig.NIC, rounds int) {
 			a.close()
 		}
 	}
+}
+
+// bootSandbox is reboot round r's sandbox (age "old" before the reboot,
+// "new" after) for the i-th NIC; the first NIC's device is renamed in the
+// pod, so that the kernel returns one device under its pod-side name.
+func bootSandbox(n rig.NIC, r, i int, age string) (*attachment, error) {
+	var extra map[string]any
+	if i == 0 {
+		extra = map[string]any{"rdmaDevName": fmt.Sprintf("boot%d", r)}
+	}
+	return newAttachment(n, fmt.Sprintf("boot-%d-%d-%s", r, i, age), extra, "")
 }
 
 // wipedState: the state directory is wiped while pods hold their devices

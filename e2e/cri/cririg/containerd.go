@@ -16,6 +16,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/rdma-netns/rdma-netns/e2e/internal/rig"
 )
 
 // Paths in the guest. The conf/containerd files land in DropInDir and
@@ -227,14 +229,7 @@ func (c *Containerd) connect(timeout time.Duration) error {
 }
 
 // Alive tells whether this containerd is still running.
-func (c *Containerd) Alive() bool {
-	select {
-	case <-c.done:
-		return false
-	default:
-		return true
-	}
-}
+func (c *Containerd) Alive() bool { return !rig.Closed(c.done) }
 
 // Pid is containerd's process id.
 func (c *Containerd) Pid() int { return c.cmd.Process.Pid }

@@ -147,9 +147,7 @@ func writeSharedNetwork() error {
 
 // exclusiveOnly skips a test of the exclusive-mode VM elsewhere.
 func exclusiveOnly(t *testing.T) {
-	if cririg.NetnsMode() != "exclusive" {
-		t.Skip("the exclusive-mode VM's test")
-	}
+	cririg.SkipUnlessExclusive(t)
 }
 
 func ctx(t *testing.T) context.Context {
@@ -190,6 +188,46 @@ func runContainer(t *testing.T, pod *cririg.Pod, spec cririg.ContainerSpec) *cri
 	return c
 }
 
+// runWorkers runs a pod of each spec in namespace nri-test all at once, as
+// a node starts its pods, each with an unprivileged container "worker",
+// and returns the workers and how long each took to be created and
+// started. A pod or container that fails fails t; the pods are removed at
+// the end of the test.
+func runWorkers(t *testing.T, specs []cririg.PodSpec) ([]*cririg.Container, []time.Duration) {
+	t.Helper()
+	ctrs := make([]*cririg.Container, len(specs))
+	took := make([]time.Duration, len(specs))
+	errs := make([]error, len(specs))
+	var wg sync.WaitGroup
+	for i, sp := range specs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sp.Namespace = "nri-test"
+			p, err := ctd.RunPod(context.Background(), sp)
+			if p != nil {
+				t.Cleanup(func() {
+					ctd.StopPod(context.Background(), p.ID)
+					ctd.RemovePod(context.Background(), p.ID)
+				})
+			}
+			if errs[i] = err; err != nil {
+				return
+			}
+			start := time.Now()
+			ctrs[i], errs[i] = ctd.RunContainer(context.Background(), p, unprivileged("worker"))
+			took[i] = time.Since(start)
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return ctrs, took
+}
+
 func sh(t *testing.T, c *cririg.Container, script string) string {
 	t.Helper()
 	r, err := ctd.Exec(ctx(t), c, time.Minute, "sh", "-c", script)
@@ -225,15 +263,6 @@ func nodesOf(t *testing.T, pod *cririg.Pod) []string {
 	out = append(out, v.RdmaCM.Name)
 	slices.Sort(out)
 	return out
-}
-
-func network(t *testing.T, handler string) cririg.Network {
-	t.Helper()
-	n, err := cririg.NetworkOf(handler)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n
 }
 
 // wantAdjusted checks a container has exactly its pod's nodes, unlimited
@@ -339,10 +368,9 @@ func TestUnprivilegedPods(t *testing.T) {
 		t.Errorf("doctor exit %d for an adjusted container", code)
 	}
 
-	na, nb := network(t, "rdma-eth1"), network(t, "rdma-eth2")
-	pp := pingPong(t, aw, bw, na, nb, 4096, 100)
+	na, nb := cririg.MustNetworkOf(t, "rdma-eth1"), cririg.MustNetworkOf(t, "rdma-eth2")
+	pp, wb := ctd.MustExchange(t, ctx, cririg.Endpoint{Ctr: aw, Net: na}, cririg.Endpoint{Ctr: bw, Net: nb}, 100)
 	t.Logf("ibv_rc_pingpong between unprivileged containers: %d bytes, %d iters, %.2f usec/iter", pp.Bytes, pp.Iters, pp.UsecPerIter)
-	wb := writeBW(t, aw, bw, na, nb, 65536, 100)
 	t.Logf("ib_write_bw between unprivileged containers: %d iters of %d bytes, average %.2f MB/s", wb.Iters, wb.Bytes, wb.AverageMBps)
 
 	// Isolation: exclusive mode, not the device cgroup, keeps pods apart.
@@ -369,34 +397,7 @@ func TestPolicy(t *testing.T) {
 		{Name: "nri-capped", Handler: "rdma-eth2", Annotations: map[string]string{"rdma-netns.io/shm-size": "512Mi"}, MemLimit: 256 << 20},
 		{Name: "nri-kept", Annotations: map[string]string{"rdma-netns.io/shm-size": "keep"}},
 	}
-	ctrs := make([]*cririg.Container, len(specs))
-	errs := make([]error, len(specs))
-	var wg sync.WaitGroup
-	for i, sp := range specs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var p *cririg.Pod
-			sp.Namespace = "nri-test"
-			p, errs[i] = ctd.RunPod(context.Background(), sp)
-			if p == nil {
-				return
-			}
-			t.Cleanup(func() {
-				ctd.StopPod(context.Background(), p.ID)
-				ctd.RemovePod(context.Background(), p.ID)
-			})
-			if errs[i] == nil {
-				ctrs[i], errs[i] = ctd.RunContainer(context.Background(), p, unprivileged("worker"))
-			}
-		}()
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	ctrs, _ := runWorkers(t, specs)
 	plain, skipped, capped, kept := ctrs[0], ctrs[1], ctrs[2], ctrs[3]
 
 	if devs, err := rig.RDMAIn(plain.Pod.Netns); err != nil || len(devs) != 0 {
@@ -498,7 +499,7 @@ func TestSharedModeNothingForAnyone(t *testing.T) {
 	}
 	plain := runContainer(t, runPod(t, cririg.PodSpec{Name: "nri-shared-plain", Handler: plainHandler}), unprivileged("worker"))
 	rdma := runContainer(t, runPod(t, cririg.PodSpec{Name: "nri-shared-rdma", Handler: sharedHandler}), unprivileged("worker"))
-	memlock := runtimeMemlock(t)
+	memlock := ctd.MustMemlockKiB(t)
 	for _, c := range []*cririg.Container{plain, rdma} {
 		devs, err := rig.RDMAIn(c.Pod.Netns)
 		if err != nil || len(devs) == 0 {
@@ -520,49 +521,4 @@ func TestSharedModeNothingForAnyone(t *testing.T) {
 			t.Errorf("the plugin's log has no decision for %s naming shared mode:\n%s", c.Pod.Spec.Name, l)
 		}
 	}
-}
-
-// runtimeMemlock is the memlock soft limit containerd's containers inherit
-// from it (its own), as `ulimit -l` prints it.
-func runtimeMemlock(t *testing.T) string {
-	t.Helper()
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/limits", ctd.Pid()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, l := range strings.Split(string(data), "\n") {
-		rest, ok := strings.CutPrefix(l, "Max locked memory")
-		f := strings.Fields(rest)
-		if !ok || len(f) == 0 {
-			continue
-		}
-		if f[0] == "unlimited" {
-			return f[0]
-		}
-		n, err := strconv.ParseUint(f[0], 10, 64)
-		if err != nil {
-			t.Fatalf("containerd's limits: %q", l)
-		}
-		return strconv.FormatUint(n/1024, 10)
-	}
-	t.Fatalf("no memlock in containerd's limits:\n%s", data)
-	return ""
-}
-
-func pingPong(t *testing.T, srv, cli *cririg.Container, sn, cn cririg.Network, size, iters int) rig.PingPong {
-	t.Helper()
-	pp, err := ctd.PingPong(ctx(t), cririg.Endpoint{Ctr: srv, Net: sn}, cririg.Endpoint{Ctr: cli, Net: cn}, size, iters)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pp
-}
-
-func writeBW(t *testing.T, srv, cli *cririg.Container, sn, cn cririg.Network, size, iters int) rig.WriteBW {
-	t.Helper()
-	bw, err := ctd.WriteBW(ctx(t), cririg.Endpoint{Ctr: srv, Net: sn}, cririg.Endpoint{Ctr: cli, Net: cn}, size, iters)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return bw
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -171,36 +170,11 @@ func TestPreinstalledAfterReboot(t *testing.T) {
 		t.Fatalf("%d launched copies after containerd's start, want 1", len(pids))
 	}
 
-	handlers := []string{"", "rdma-eth1", "rdma-eth2"} // the VM's three RDMA networks
-	ctrs := make([]*cririg.Container, len(handlers))
-	took := make([]time.Duration, len(handlers))
-	errs := make([]error, len(handlers))
-	var wg sync.WaitGroup
-	for i, h := range handlers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			p, err := ctd.RunPod(context.Background(), cririg.PodSpec{Name: fmt.Sprintf("nri-reboot-%d", i), Namespace: "nri-test", Handler: h})
-			if p != nil {
-				t.Cleanup(func() {
-					ctd.StopPod(context.Background(), p.ID)
-					ctd.RemovePod(context.Background(), p.ID)
-				})
-			}
-			if errs[i] = err; err != nil {
-				return
-			}
-			start := time.Now()
-			ctrs[i], errs[i] = ctd.RunContainer(context.Background(), p, unprivileged("worker"))
-			took[i] = time.Since(start)
-		}()
+	var specs []cririg.PodSpec
+	for i, h := range []string{"", "rdma-eth1", "rdma-eth2"} { // the VM's three RDMA networks
+		specs = append(specs, cririg.PodSpec{Name: fmt.Sprintf("nri-reboot-%d", i), Handler: h})
 	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	ctrs, took := runWorkers(t, specs)
 	for i, c := range ctrs {
 		wantAdjusted(t, c, 1<<20)
 		wantBy(t, c, nririg.ByLaunched)

@@ -85,35 +85,33 @@ func PingPongBetween(ctx context.Context, srv, cli Peer, size, iters int) (PingP
 // WriteBWBetween runs ib_write_bw (iters RDMA WRITEs of size bytes) from
 // cli into srv's memory and returns the client's figures.
 func WriteBWBetween(ctx context.Context, srv, cli Peer, size, iters int) (WriteBW, error) {
-	out, err := perftestBetween(ctx, srv, cli, WriteBWArgs(srv.Dev, size, iters, ""), WriteBWArgs(cli.Dev, size, iters, srv.IP))
-	if err != nil {
-		return WriteBW{}, err
-	}
-	bw, err := ParseWriteBW(out)
-	if err != nil {
-		return bw, err
-	}
-	if bw.Iters != iters || bw.Bytes != size {
-		return bw, fmt.Errorf("ib_write_bw: %d iterations of %d bytes, want %d of %d:\n%s", bw.Iters, bw.Bytes, iters, size, out)
-	}
-	return bw, nil
+	return perftestRun(ctx, srv, cli, "ib_write_bw", size, iters, ParseWriteBW, func(r WriteBW) (int, int) { return r.Bytes, r.Iters })
 }
 
 // SendLatBetween runs ib_send_lat (iters round trips of RC sends of size
 // bytes) between cli and srv and returns the client's figures.
 func SendLatBetween(ctx context.Context, srv, cli Peer, size, iters int) (SendLat, error) {
-	out, err := perftestBetween(ctx, srv, cli, SendLatArgs(srv.Dev, size, iters, ""), SendLatArgs(cli.Dev, size, iters, srv.IP))
+	return perftestRun(ctx, srv, cli, "ib_send_lat", size, iters, ParseSendLat, func(r SendLat) (int, int) { return r.Bytes, r.Iters })
+}
+
+// perftestRun runs perftest's tool between srv and cli (perftestBetween),
+// reads the client's figures with parse and checks, with ran, that the run
+// was of the size and length asked for: a run cut short reports figures
+// for fewer iterations.
+func perftestRun[R any](ctx context.Context, srv, cli Peer, tool string, size, iters int, parse func(string) (R, error), ran func(R) (bytes, iters int)) (R, error) {
+	out, err := perftestBetween(ctx, srv, cli, perftestArgs(tool, srv.Dev, size, iters, ""), perftestArgs(tool, cli.Dev, size, iters, srv.IP))
 	if err != nil {
-		return SendLat{}, err
+		var none R
+		return none, err
 	}
-	lat, err := ParseSendLat(out)
+	r, err := parse(out)
 	if err != nil {
-		return lat, err
+		return r, err
 	}
-	if lat.Iters != iters || lat.Bytes != size {
-		return lat, fmt.Errorf("ib_send_lat: %d iterations of %d bytes, want %d of %d:\n%s", lat.Iters, lat.Bytes, iters, size, out)
+	if gotBytes, gotIters := ran(r); gotIters != iters || gotBytes != size {
+		return r, fmt.Errorf("%s: %d iterations of %d bytes, want %d of %d:\n%s", tool, gotIters, gotBytes, iters, size, out)
 	}
-	return lat, nil
+	return r, nil
 }
 
 // perftestBetween runs a perftest tool's server in srv and its client in

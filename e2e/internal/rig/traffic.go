@@ -89,9 +89,13 @@ func (p *Proc) name() string {
 }
 
 // Exited tells whether the tool has exited.
-func (p *Proc) Exited() bool {
+func (p *Proc) Exited() bool { return Closed(p.done) }
+
+// Closed tells, without waiting, whether done is closed: whether the
+// process whose end it marks has ended.
+func Closed(done <-chan struct{}) bool {
 	select {
-	case <-p.done:
+	case <-done:
 		return true
 	default:
 		return false
@@ -234,18 +238,27 @@ var bwLine = regexp.MustCompile(`(?m)^\s*(\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+(
 
 // ParseWriteBW reads ib_write_bw's result line.
 func ParseWriteBW(out string) (WriteBW, error) {
-	m := bwLine.FindStringSubmatch(out)
-	if m == nil {
-		return WriteBW{}, fmt.Errorf("no ib_write_bw result in:\n%s", out)
+	r := WriteBW{Output: out}
+	if err := parseResultLine(bwLine, "ib_write_bw", out, &r.Bytes, &r.Iters, &r.PeakMBps, &r.AverageMBps, &r.MsgRateMpps); err != nil {
+		return WriteBW{}, err
 	}
-	var r WriteBW
-	r.Bytes, _ = strconv.Atoi(m[1])
-	r.Iters, _ = strconv.Atoi(m[2])
-	r.PeakMBps, _ = strconv.ParseFloat(m[3], 64)
-	r.AverageMBps, _ = strconv.ParseFloat(m[4], 64)
-	r.MsgRateMpps, _ = strconv.ParseFloat(m[5], 64)
-	r.Output = out
 	return r, nil
+}
+
+// parseResultLine reads a perftest result line that re matches: bytes and
+// iterations, then the figures. The conversions cannot fail: re matches
+// only numbers there, or "inf", which ParseFloat reads as +Inf.
+func parseResultLine(re *regexp.Regexp, tool, out string, bytes, iters *int, figures ...*float64) error {
+	m := re.FindStringSubmatch(out)
+	if m == nil {
+		return fmt.Errorf("no %s result in:\n%s", tool, out)
+	}
+	*bytes, _ = strconv.Atoi(m[1])
+	*iters, _ = strconv.Atoi(m[2])
+	for i, f := range figures {
+		*f, _ = strconv.ParseFloat(m[3+i], 64)
+	}
+	return nil
 }
 
 // WriteBWArgs is ib_write_bw's command line (server as for PingPongArgs)
@@ -286,17 +299,10 @@ var latLine = regexp.MustCompile(`(?m)^\s*(\d+)\s+(\d+)\s+([\d.]+|inf)\s+([\d.]+
 // ParseSendLat reads ib_send_lat's result line; times perftest could not
 // measure are +Inf.
 func ParseSendLat(out string) (SendLat, error) {
-	m := latLine.FindStringSubmatch(out)
-	if m == nil {
-		return SendLat{}, fmt.Errorf("no ib_send_lat result in:\n%s", out)
+	r := SendLat{Output: out}
+	if err := parseResultLine(latLine, "ib_send_lat", out, &r.Bytes, &r.Iters, &r.MinUsec, &r.MaxUsec, &r.TypicalUsec); err != nil {
+		return SendLat{}, err
 	}
-	var r SendLat
-	r.Bytes, _ = strconv.Atoi(m[1])
-	r.Iters, _ = strconv.Atoi(m[2])
-	r.MinUsec, _ = strconv.ParseFloat(m[3], 64)
-	r.MaxUsec, _ = strconv.ParseFloat(m[4], 64)
-	r.TypicalUsec, _ = strconv.ParseFloat(m[5], 64)
-	r.Output = out
 	return r, nil
 }
 

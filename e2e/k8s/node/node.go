@@ -21,6 +21,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
+	"github.com/rdma-netns/rdma-netns/e2e/internal/rig"
 	"github.com/rdma-netns/rdma-netns/e2e/k8s/cluster"
 )
 
@@ -290,14 +291,7 @@ func kubeletPort() (string, error) {
 func (k *Kubelet) Pid() int { return k.cmd.Process.Pid }
 
 // Alive says whether kubelet is still running.
-func (k *Kubelet) Alive() bool {
-	select {
-	case <-k.done:
-		return false
-	default:
-		return true
-	}
-}
+func (k *Kubelet) Alive() bool { return !rig.Closed(k.done) }
 
 // Stop stops kubelet (SIGTERM, SIGKILL after ten seconds). Pods keep
 // running in containerd, as on a node.
