@@ -77,12 +77,17 @@ resolve_kernel() {
 # A kernel that is not cached yet is about to be downloaded: a machine's apt
 # lists may be weeks old and name versions the mirror no longer carries, so
 # refresh them first. A cached kernel needs no network at all.
-if ! resolve_kernel || [ ! -f "$CACHE_ROOT/${ABI}_${KVER}/.root.stamp" ]; then
+# One directory per set: a checkout that chooses another set (an older
+# vm-prepare.sh, which named its directory ABI_KVER and emptied it when its
+# own key differed) never touches this one's files, and two checkouts of
+# different sets share a machine's cache without rebuilding each other's.
+set_dir() { echo "$CACHE_ROOT/${ABI}_${KVER}_kbuild-${KBUILD_VER}_source-${SOURCE_VER}"; }
+if ! resolve_kernel || [ ! -f "$(set_dir)/.root.stamp" ]; then
   apt_update_once
   resolve_kernel || die "$(cat "$CACHE_ROOT/.kernel-set.err")"
 fi
 SERIES=$(echo "$ABI" | cut -d. -f1-2)                # e.g. 6.1
-KDIR="$CACHE_ROOT/${ABI}_${KVER}"
+KDIR=$(set_dir)
 mkdir -p "$KDIR"
 log "kernel $ABI (package version $KVER), cache $KDIR"
 [ -z "$NOTE" ] || log "chosen: $NOTE"
@@ -117,7 +122,10 @@ sha() { sha256sum "$@" | awk '{ print $1 }' | sha256sum | cut -c1-16; }
 DEBS="$KDIR/debs"
 ROOT="$KDIR/root"
 KEY_ROOT="$IMAGE_PKG=$KVER $HEADERS_PKG $COMMON_PKG $KBUILD_PKG=$KBUILD_VER $SOURCE_PKG=$SOURCE_VER v3"
-if ! stamp_ok "$KDIR/.root.stamp" "$KEY_ROOT"; then
+VMLINUZ="$ROOT/boot/vmlinuz-$ABI"
+# A stamp over files that are gone (a cache emptied by hand or by another
+# tool) is not current: the step runs again rather than fail later.
+if ! stamp_ok "$KDIR/.root.stamp" "$KEY_ROOT" || [ ! -f "$VMLINUZ" ] || [ ! -f "$ROOT/usr/src/linux-headers-$ABI/Makefile" ]; then
   rm -rf "$DEBS" "$ROOT" "$KDIR/src"
   mkdir -p "$DEBS" "$ROOT"
   set -- "$IMAGE_PKG=$KVER" "$HEADERS_PKG=$KVER" "$COMMON_PKG=$KVER" "$KBUILD_PKG=$KBUILD_VER" "$SOURCE_PKG=$SOURCE_VER"
@@ -140,16 +148,18 @@ if ! stamp_ok "$KDIR/.root.stamp" "$KEY_ROOT"; then
   run_logged depmod -b "$ROOT" "$ABI"
   echo "$KEY_ROOT" > "$KDIR/.root.stamp"
 fi
-VMLINUZ="$ROOT/boot/vmlinuz-$ABI"
-[ -f "$VMLINUZ" ] || die "missing $VMLINUZ"
+[ -f "$VMLINUZ" ] || die "missing $VMLINUZ after extracting $IMAGE_PKG"
 
 # Only the rxe directory of the kernel source is needed; extracting it takes
 # one pass over the (xz) tarball, so keep the pristine copy.
 RXE_ORIG="$KDIR/src/rxe-orig"
-if ! stamp_ok "$KDIR/.src.stamp" "$KEY_ROOT"; then
+if ! stamp_ok "$KDIR/.src.stamp" "$KEY_ROOT" || [ ! -d "$RXE_ORIG" ]; then
   rm -rf "$KDIR/src"
   mkdir -p "$KDIR/src/tmp"
   log "extracting drivers/infiniband/sw/rxe from $SOURCE_PKG (one-time)"
+  [ -f "$DEBS/${SOURCE_PKG}_${SOURCE_VER}_all.deb" ] ||
+    (cd "$DEBS" && apt-get download "$SOURCE_PKG=$SOURCE_VER" >"$KDIR/download.log" 2>&1) ||
+    die "apt-get download $SOURCE_PKG=$SOURCE_VER failed ($(grep -m1 '^E:' "$KDIR/download.log" || tail -n1 "$KDIR/download.log")): run it again, or pin VM_KERNEL_VERSION (scripts/README.md)"
   dpkg-deb --fsys-tarfile "$DEBS/${SOURCE_PKG}_${SOURCE_VER}_all.deb" \
     | tar -x -O "./usr/src/$SOURCE_PKG.tar.xz" \
     | tar -xJ -C "$KDIR/src/tmp" "$SOURCE_PKG/drivers/infiniband/sw/rxe"
