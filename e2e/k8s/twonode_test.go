@@ -343,8 +343,6 @@ type spanWorker struct {
 	ip   string // its net1 address, which it names in its network selection
 }
 
-func (w spanWorker) peer() rig.Peer { return w.peerOn(twoNodeName) }
-
 // peerOn is w on its RDMA device dev.
 func (w spanWorker) peerOn(dev string) rig.Peer {
 	return rig.Peer{Run: execRunner(workersNS, w.name, "worker"), Dev: dev, IP: w.ip}

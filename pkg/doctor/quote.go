@@ -10,7 +10,8 @@ import (
 // What the doctor prints comes partly from outside: a NAD's JSON, the
 // names a pod gives its netdevs, /proc/PID/comm, files of the node. Two
 // things keep that from acting on the person reading: the text report
-// escapes every value for the terminal (termText), and every command
+// escapes every value for the terminal (termEscape, applied by the one
+// writer, write.go), and every command
 // printed for a person to paste quotes each name for the shell
 // (shellWord), or is not printed when the name could not be pasted as
 // shown (pasteable).

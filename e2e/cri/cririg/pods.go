@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -266,23 +265,4 @@ func Wait(timeout time.Duration, what string, cond func() (bool, error)) error {
 		return fmt.Errorf("%s: not after %s: %v", what, timeout, last)
 	}
 	return fmt.Errorf("%s: not after %s", what, timeout)
-}
-
-// WaitListening waits until a TCP socket listens on port in the
-// container's netns, read from /proc/net/tcp{,6} through ExecSync (the
-// verbs examples and perftest exchange QP numbers over TCP 18515 before
-// any RDMA traffic, so a client started earlier fails).
-func (c *Containerd) WaitListening(ctx context.Context, ctr *Container, port int, timeout time.Duration) error {
-	hex := fmt.Sprintf(":%04X ", port)
-	return Wait(timeout, fmt.Sprintf("TCP %d listening in pod %s", port, ctr.Pod.Spec.Name), func() (bool, error) {
-		r, err := c.Exec(ctx, ctr, 10*time.Second, "cat", "/proc/net/tcp", "/proc/net/tcp6")
-		for _, l := range strings.Split(r.Stdout, "\n") {
-			f := strings.Fields(l)
-			// local address, remote address, state (0A: LISTEN)
-			if len(f) > 3 && strings.HasSuffix(f[1]+" ", hex) && f[3] == "0A" {
-				return true, nil
-			}
-		}
-		return false, err
-	})
 }

@@ -89,16 +89,6 @@ func railsMissing(conf string, rails, nics int) string {
 	return "/etc/vm.conf has " + strings.Join(why, ", ")
 }
 
-// RailNetdevs are the rails' netdevs in the node's netns at boot, rail 1
-// first (empty without --rails).
-func RailNetdevs() []string {
-	var nds []string
-	for k := 1; k <= Rails; k++ {
-		nds = append(nds, fmt.Sprintf("eth%d", k))
-	}
-	return nds
-}
-
 // vmConf is the guest's /etc/vm.conf, written by vm-run.sh ("" outside
 // the test VM).
 var vmConf = func() string {
