@@ -1,0 +1,340 @@
+// Package drarecord is what rdma-netns-dra, the node's DRA driver, tells
+// the rdma-netns CNI plugin: which NICs kubelet prepared for which pod.
+//
+// The driver writes one file per prepared ResourceClaim when kubelet calls
+// Prepare (before the pod's sandbox exists) and removes it on Unprepare
+// (after the sandbox is gone). The plugin, in a network whose config has
+// "dra", reads the files of the pod it is called for (CNI_ARGS'
+// K8S_POD_UID) to learn which NIC to attach. The files live on the node's
+// disk: kubelet does not prepare a claim again after its own restart or
+// the node's reboot, so the pod's new sandbox finds its NICs here.
+//
+// The records say what the driver allocated, not where a device is: the
+// kernel is the truth about that, and the plugin's own records (package
+// state) say what it moved.
+package drarecord
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+// DefaultDir is beside the plugin's own state directory, on the node's
+// disk: it must outlive a reboot.
+const DefaultDir = "/var/lib/cni/rdma-netns-dra"
+
+// DriverName is the name rdma-netns-dra registers with kubelet and
+// publishes its devices under.
+const DriverName = "nic.rdma-netns.io"
+
+// Version is the record format; a record of another version is skipped.
+const Version = 1
+
+const (
+	dirPerm  = 0o700
+	filePerm = 0o600
+	suffix   = ".json"
+	tmpMark  = ".tmp-"
+	// maxRecordSize bounds what Load reads: a claim holds at most 32
+	// results of ours, each a few hundred bytes.
+	maxRecordSize = 1 << 20
+)
+
+// Claim is one prepared ResourceClaim: the pod it is reserved for and the
+// devices of this driver allocated to it.
+type Claim struct {
+	Version        int    `json:"version"`
+	ClaimUID       string `json:"claimUID"`
+	ClaimNamespace string `json:"claimNamespace"`
+	ClaimName      string `json:"claimName"`
+	// PodClaimName is the pod's name for the claim (spec.resourceClaims[].name),
+	// from the claim's resource.kubernetes.io/pod-claim-name annotation;
+	// "" for a claim the pod names directly.
+	PodClaimName string   `json:"podClaimName,omitempty"`
+	PodUID       string   `json:"podUID"`
+	PodNamespace string   `json:"podNamespace"`
+	PodName      string   `json:"podName"`
+	Devices      []Device `json:"devices"`
+}
+
+// Device is one allocation result of this driver.
+type Device struct {
+	// Request is the result's request name as the claim has it
+	// ("nics", or "nics/sub" for a subrequest).
+	Request string `json:"request"`
+	Pool    string `json:"pool"`
+	// Device is the device's name in the ResourceSlice.
+	Device string `json:"device"`
+	// PCIAddress is the NIC's PCI function: what host-device takes as
+	// pciBusID. It is the device's identity; netdev and RDMA names are
+	// what the host called it at Prepare.
+	PCIAddress string `json:"pciAddress"`
+	Netdev     string `json:"netdev"`
+	RdmaDevice string `json:"rdmaDevice"`
+}
+
+// RequestMatches reports whether the result's request is req, or a
+// subrequest of req.
+func (d Device) RequestMatches(req string) bool {
+	return d.Request == req || strings.HasPrefix(d.Request, req+"/")
+}
+
+// Check refuses a record the plugin could not use; the driver checks
+// before it writes, Load after it reads.
+func (c *Claim) Check() error {
+	if c.Version != Version {
+		return fmt.Errorf("record version %d, want %d", c.Version, Version)
+	}
+	if err := checkUID("claim UID", c.ClaimUID); err != nil {
+		return err
+	}
+	if err := checkUID("pod UID", c.PodUID); err != nil {
+		return err
+	}
+	for i, d := range c.Devices {
+		if d.PCIAddress == "" || d.Request == "" {
+			return fmt.Errorf("device %d of claim %s has no PCI address or request", i, c.ClaimUID)
+		}
+	}
+	return nil
+}
+
+// checkUID accepts what Kubernetes generates (a UUID) and refuses anything
+// that could leave the directory as a file name.
+func checkUID(what, uid string) error {
+	if uid == "" || len(uid) > 64 {
+		return fmt.Errorf("%s %q: want 1-64 characters", what, uid)
+	}
+	for _, r := range uid {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-') {
+			return fmt.Errorf("%s %q: want letters, digits and '-'", what, uid)
+		}
+	}
+	return nil
+}
+
+// CheckPodUID checks K8S_POD_UID before it is used to find records.
+func CheckPodUID(uid string) error { return checkUID("pod UID", uid) }
+
+// Dir is a record directory.
+type Dir string
+
+func (d Dir) path() string {
+	if d == "" {
+		return DefaultDir
+	}
+	return string(d)
+}
+
+func (d Dir) file(claimUID string) string {
+	return filepath.Join(d.path(), claimUID+suffix)
+}
+
+// Write records c, replacing an earlier record of the same claim
+// atomically, and syncs it to disk: a reboot right after Prepare must not
+// lose it.
+func (d Dir) Write(c *Claim) error {
+	if err := c.Check(); err != nil {
+		return err
+	}
+	data, err := json.Marshal(c)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(d.path(), dirPerm); err != nil {
+		return fmt.Errorf("creating DRA record directory: %w", err)
+	}
+	tmp, err := os.CreateTemp(d.path(), tmpMark+c.ClaimUID+"-")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Chmod(filePerm); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp.Name(), d.file(c.ClaimUID)); err != nil {
+		return err
+	}
+	return syncDir(d.path())
+}
+
+func syncDir(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Sync()
+}
+
+// Remove forgets the claim; a claim never recorded is not an error.
+func (d Dir) Remove(claimUID string) error {
+	if err := checkUID("claim UID", claimUID); err != nil {
+		return err
+	}
+	err := os.Remove(d.file(claimUID))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// Load reads the claim's record; ok is false when there is none.
+func (d Dir) Load(claimUID string) (c *Claim, ok bool, err error) {
+	if err := checkUID("claim UID", claimUID); err != nil {
+		return nil, false, err
+	}
+	c, err = readClaim(d.file(claimUID))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	return c, true, nil
+}
+
+func readClaim(path string) (*Claim, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() || st.Size() > maxRecordSize {
+		return nil, fmt.Errorf("%s: not a regular file under %d bytes", path, maxRecordSize)
+	}
+	var c Claim
+	if err := json.NewDecoder(f).Decode(&c); err != nil {
+		return nil, fmt.Errorf("%s: %v", path, err)
+	}
+	if err := c.Check(); err != nil {
+		return nil, fmt.Errorf("%s: %v", path, err)
+	}
+	return &c, nil
+}
+
+// List reads every record, sorted by claim UID. A damaged record is
+// skipped and reported in bad (path: why): it must never block the pods
+// whose records are whole.
+func (d Dir) List() (claims []*Claim, bad []string, err error) {
+	ents, err := os.ReadDir(d.path())
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, e := range ents {
+		name := e.Name()
+		if !strings.HasSuffix(name, suffix) || strings.HasPrefix(name, tmpMark) {
+			continue
+		}
+		c, err := readClaim(filepath.Join(d.path(), name))
+		if err != nil {
+			bad = append(bad, err.Error())
+			continue
+		}
+		if c.ClaimUID+suffix != name {
+			bad = append(bad, fmt.Sprintf("%s: holds claim %s", name, c.ClaimUID))
+			continue
+		}
+		claims = append(claims, c)
+	}
+	sort.Slice(claims, func(i, j int) bool { return claims[i].ClaimUID < claims[j].ClaimUID })
+	return claims, bad, nil
+}
+
+// PodDevices is every device recorded for the pod, its claims in the
+// order of their pod claim names (then claim names), each claim's devices
+// in allocation order.
+func (d Dir) PodDevices(podUID string) ([]Device, []*Claim, error) {
+	if err := CheckPodUID(podUID); err != nil {
+		return nil, nil, err
+	}
+	all, _, err := d.List()
+	if err != nil {
+		return nil, nil, err
+	}
+	var mine []*Claim
+	for _, c := range all {
+		if c.PodUID == podUID {
+			mine = append(mine, c)
+		}
+	}
+	sort.SliceStable(mine, func(i, j int) bool {
+		if mine[i].PodClaimName != mine[j].PodClaimName {
+			return mine[i].PodClaimName < mine[j].PodClaimName
+		}
+		return mine[i].ClaimName < mine[j].ClaimName
+	})
+	var devs []Device
+	for _, c := range mine {
+		devs = append(devs, c.Devices...)
+	}
+	return devs, mine, nil
+}
+
+// Pick chooses the pod's device for one attachment: the index-th device
+// (from 0) of request, or of all the pod's devices when request is "".
+// The error names only the pod's own requests.
+func Pick(devs []Device, request string, index int) (Device, error) {
+	var match []Device
+	for _, d := range devs {
+		if request == "" || d.RequestMatches(request) {
+			match = append(match, d)
+		}
+	}
+	if index < 0 || index >= len(match) {
+		return Device{}, fmt.Errorf("the pod holds %d NIC(s)%s from driver %s, so there is no NIC at index %d; its requests: %s",
+			len(match), forRequest(request), DriverName, index, requests(devs))
+	}
+	return match[index], nil
+}
+
+func forRequest(r string) string {
+	if r == "" {
+		return ""
+	}
+	return fmt.Sprintf(" for request %q", r)
+}
+
+func requests(devs []Device) string {
+	seen := map[string]int{}
+	var order []string
+	for _, d := range devs {
+		if seen[d.Request] == 0 {
+			order = append(order, d.Request)
+		}
+		seen[d.Request]++
+	}
+	if len(order) == 0 {
+		return "none (no claim of the pod was prepared by this driver on this node)"
+	}
+	parts := make([]string, len(order))
+	for i, r := range order {
+		parts[i] = fmt.Sprintf("%q (%d)", r, seen[r])
+	}
+	return strings.Join(parts, ", ")
+}
