@@ -21,7 +21,7 @@ export CGO_ENABLED = 0
 
 all: build
 
-build: $(OUT)/rdma-netns $(OUT)/rdma-netns-exporter $(OUT)/rdma-netns-nri
+build: $(OUT)/rdma-netns $(OUT)/rdma-netns-exporter $(OUT)/rdma-netns-nri $(OUT)/rdma-netns-dra
 
 $(OUT)/rdma-netns: FORCE
 	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $@ .
@@ -35,6 +35,11 @@ $(OUT)/rdma-netns-exporter: FORCE
 # binary (main_test.go checks what it links).
 $(OUT)/rdma-netns-nri: FORCE
 	$(GO) build -trimpath -o $@ ./cmd/rdma-netns-nri
+
+# The DRA driver is a module of its own: client-go and gRPC stay out of
+# the plugin's module, not only out of its binary.
+$(OUT)/rdma-netns-dra: FORCE
+	cd cmd/rdma-netns-dra && $(GO) build -trimpath -o $(abspath $@) .
 
 FORCE:
 
@@ -56,6 +61,7 @@ lint:
 	$(GO) vet -tags e2e ./e2e
 	cd build/image && $(GO) vet ./...
 	cd conf && $(GO) vet ./...
+	cd cmd/rdma-netns-dra && $(GO) vet ./...
 	cd e2e/multus && $(GO) vet -tags e2e ./...
 	cd e2e/cri && $(GO) vet -tags e2e ./...
 	cd e2e/k8s && $(GO) vet -tags e2e ./...
@@ -66,7 +72,8 @@ lint:
 manifests:
 	cd conf && $(GO) run ./cmd/manifests
 
-## unit: go vet, gofmt, and the unit tests of the plugin and of conf/.
+## unit: go vet, gofmt, and the unit tests of the plugin, of conf/ and of
+## the DRA driver (cmd/rdma-netns-dra).
 ## The tests run with -vet=off: lint has just run every vet check on the
 ## same packages, and go test's own subset would analyse every dependency
 ## again under other flags (a second pass over the Helm and Kubernetes
@@ -77,6 +84,7 @@ manifests:
 unit: lint
 	PROMTOOL="$${PROMTOOL:-$$(scripts/promtool.sh)}" $(GO) test -count=1 -vet=off ./...
 	@if [ -f conf/go.mod ]; then cd conf && $(GO) test -count=1 -vet=off ./...; fi
+	cd cmd/rdma-netns-dra && $(GO) test -count=1 -vet=off ./...
 	cd e2e/k8s && $(GO) test -count=1 -vet=off ./cluster/... ./deviceplugin/... ./node/... ./railcount/...
 
 payload:
@@ -455,10 +463,12 @@ fuzz:
 ## IMAGE_BINS (NAME=PACKAGE) on scratch at /NAME, for every platform in
 ## PLATFORMS, as an OCI image layout in IMAGE_LAYOUT (build/image, a module
 ## of its own so that go-containerregistry stays out of the plugin).
+## A PACKAGE directory with a go.mod of its own (cmd/rdma-netns-dra) is
+## built in its module.
 ## `make image IMAGE=registry.example/rdma-netns:v1 push` pushes it.
 IMAGE        ?= rdma-netns:$(VERSION)
 PLATFORMS    ?= linux/amd64,linux/arm64
-IMAGE_BINS   := rdma-netns=. rdma-netns-exporter=./cmd/rdma-netns-exporter rdma-netns-nri=./cmd/rdma-netns-nri
+IMAGE_BINS   := rdma-netns=. rdma-netns-exporter=./cmd/rdma-netns-exporter rdma-netns-nri=./cmd/rdma-netns-nri rdma-netns-dra=./cmd/rdma-netns-dra
 IMAGE_LAYOUT ?= $(OUT)/image
 IMAGE_TOOL   := $(GO) -C build/image run .
 comma := ,
@@ -468,8 +478,9 @@ image-bins:
 	@set -e; for p in $(subst $(comma), ,$(PLATFORMS)); do \
 	  for b in $(IMAGE_BINS); do \
 	    echo "go build $${b#*=} for $$p"; \
-	    GOOS=$${p%/*} GOARCH=$${p#*/} $(GO) build -trimpath -ldflags "-s -w $(LDFLAGS)" \
-	      -o $(OUT)/$${p%/*}_$${p#*/}/$${b%%=*} $${b#*=}; \
+	    dir=.; pkg=$${b#*=}; if [ $$pkg != . ] && [ -f $$pkg/go.mod ]; then dir=$$pkg; pkg=.; fi; \
+	    GOOS=$${p%/*} GOARCH=$${p#*/} $(GO) -C $$dir build -trimpath -ldflags "-s -w $(LDFLAGS)" \
+	      -o $(abspath $(OUT))/$${p%/*}_$${p#*/}/$${b%%=*} $$pkg; \
 	  done; \
 	done
 
