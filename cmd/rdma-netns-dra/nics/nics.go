@@ -147,6 +147,21 @@ func (s Scanner) describe(n *NIC, fn string) {
 	if v, err := strconv.ParseInt(readLine(filepath.Join(s.Root, "class", "net", n.Netdev, "speed")), 10, 64); err == nil && v > 0 {
 		n.SpeedMbps = v
 	}
+	s.describePCI(n, fn)
+}
+
+// DescribePCI fills what the PCI function says about the NIC. The
+// function stays in the host when a pod takes the NIC's netdev and RDMA
+// device, so this works for a held NIC too.
+func (s Scanner) DescribePCI(n *NIC) {
+	fn, err := rdmadev.Sysfs{Root: s.Root}.BusDevicePath("pci", n.PCIAddress)
+	if err != nil {
+		return
+	}
+	s.describePCI(n, fn)
+}
+
+func (s Scanner) describePCI(n *NIC, fn string) {
 	n.PCIVendor = readLine(filepath.Join(fn, "vendor"))
 	n.PCIDevice = readLine(filepath.Join(fn, "device"))
 	mod := deviceattribute.WithFSFromRoot(s.Root)

@@ -235,6 +235,17 @@ func Refresh(sc Scanner, records drarecord.Dir) (inv *Inventory, skipped []nics.
 		return nil, nil, fmt.Errorf("listing the claims' records: %w", err)
 	}
 	inv = Merge(found, last, recs)
+	// A held NIC no scan saw (the inventory file lost) has only what its
+	// record says; its PCI function is still in the host and tells the
+	// rest that matters for placement (pcieRoot, numaNode).
+	if pd, ok := sc.(interface{ DescribePCI(*nics.NIC) }); ok {
+		for _, name := range inv.Held {
+			if n := inv.NICs[name]; n.PCIeRoot == "" {
+				pd.DescribePCI(&n)
+				inv.NICs[name] = n
+			}
+		}
+	}
 	if err := store.Save(inv.NICs); err != nil {
 		return nil, nil, fmt.Errorf("saving the inventory (held NICs would vanish from the slice after a restart): %w", err)
 	}

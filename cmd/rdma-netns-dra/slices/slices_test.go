@@ -121,7 +121,7 @@ func TestHeldNICStaysPublishedAcrossRestart(t *testing.T) {
 }
 
 // A held NIC the driver never saw (its inventory lost) is published from
-// the claim's record.
+// the claim's record and from its PCI function, which stays in the host.
 func TestHeldNICFromRecordAlone(t *testing.T) {
 	sys := fakesys.New(t)
 	dir := drarecord.Dir(t.TempDir())
@@ -134,6 +134,12 @@ func TestHeldNICFromRecordAlone(t *testing.T) {
 	}
 	if got := str(t, mlx, "nic.rdma-netns.io/rdmaDevice"); got != fakesys.MlxRDMA {
 		t.Errorf("rdmaDevice %q, want the record's %s", got, fakesys.MlxRDMA)
+	}
+	if got := str(t, mlx, "resource.kubernetes.io/pcieRoot"); got != "pci0000:10" {
+		t.Errorf("pcieRoot %q, want pci0000:10 from the PCI function, still in the host", got)
+	}
+	if a := mlx.Attributes["resource.kubernetes.io/numaNode"]; a.IntValue == nil || *a.IntValue != 1 {
+		t.Errorf("numaNode %+v, want 1 from the PCI function", a)
 	}
 }
 
