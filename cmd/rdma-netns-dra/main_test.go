@@ -1,0 +1,51 @@
+package main
+
+import (
+	"context"
+	"io"
+	"log"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/rdma-netns/rdma-netns/cmd/rdma-netns-dra/internal/fakesys"
+	"github.com/rdma-netns/rdma-netns/cmd/rdma-netns-dra/nics"
+	"github.com/rdma-netns/rdma-netns/pkg/drarecord"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
+)
+
+func netnsMode(t *testing.T, root, v string) {
+	t.Helper()
+	p := filepath.Join(root, "module", "ib_core", "parameters", "netns_mode")
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(v+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The slice is published again when the NICs change, not every round
+// (each publish is API-server traffic from every node), and is emptied
+// when the RDMA subsystem is in shared mode.
+func TestPublishesWhenChanged(t *testing.T) {
+	sys := fakesys.New(t)
+	netnsMode(t, sys.Root, "N")
+	var got []int
+	p := &publisher{node: "node1", records: drarecord.Dir(t.TempDir()), scanner: nics.Scanner{Root: sys.Root}, sysfs: sys.Root,
+		log: log.New(io.Discard, "", 0), publish: func(_ context.Context, r resourceslice.DriverResources) error {
+			got = append(got, len(r.Pools["node1"].Slices[0].Devices))
+			return nil
+		}}
+	ctx := context.Background()
+	p.once(ctx)
+	p.once(ctx)
+	sys.Hold(fakesys.MlxNetdev, fakesys.MlxRDMA) // no record holds it: gone
+	p.once(ctx)
+	netnsMode(t, sys.Root, "Y")
+	p.once(ctx)
+	want := []int{2, 1, 0}
+	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] || got[2] != want[2] {
+		t.Errorf("published device counts %v, want %v", got, want)
+	}
+}
