@@ -47,7 +47,7 @@ func (c *call) add() error {
 	switch {
 	case c.conf.DRA != nil && c.conf.PrevResultJSON != nil && string(c.conf.PrevResultJSON) != "null":
 		return types.NewError(types.ErrInvalidNetworkConfig,
-			"network "+c.conf.Name+" has \"dra\", so rdma-netns moves the pod's NIC itself (through host-device) and must come first in the plugin chain, but it got a prevResult from a plugin before it; put rdma-netns first and remove host-device from the chain; nothing was changed", "")
+			"network "+config.Quote(c.conf.Name)+" has \"dra\", so rdma-netns moves the pod's NIC itself (through host-device) and must come first in the plugin chain, but it got a prevResult from a plugin before it; put rdma-netns first and remove host-device from the chain; nothing was changed", "")
 	case c.conf.DRA == nil && c.conf.Result == nil:
 		return types.NewError(types.ErrInvalidNetworkConfig,
 			"rdma-netns needs a prevResult: it is a meta-plugin and must follow the plugin that moves the netdev into the pod (host-device, sriov) in a plugin chain", "")

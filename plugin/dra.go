@@ -11,6 +11,7 @@ import (
 
 	"github.com/rdma-netns/rdma-netns/pkg/config"
 	"github.com/rdma-netns/rdma-netns/pkg/drarecord"
+	"github.com/rdma-netns/rdma-netns/pkg/rdmadev"
 	"github.com/rdma-netns/rdma-netns/pkg/state"
 )
 
@@ -80,7 +81,7 @@ func (c *call) draConflict() error {
 		return nil
 	}
 	return fmt.Errorf("network %s has \"dra\", so the pod's ResourceClaim picks its NIC, but its configuration also sets %s (a resourceName annotation on the NetworkAttachmentDefinition has Multus set deviceID and pciBusID); remove one of them; nothing was changed",
-		c.conf.Name, strings.Join(set, ", "))
+		config.Quote(c.conf.Name), strings.Join(set, ", "))
 }
 
 // claimedNIC is the NIC the driver prepared for this pod that this
@@ -106,13 +107,17 @@ func (c *call) claimedNIC() (drarecord.Device, error) {
 	}
 	if len(devs) == 0 {
 		return drarecord.Device{}, fmt.Errorf("pod %s has no NIC prepared by driver %s on this node: its claims were not prepared here, or it holds no ResourceClaim of DeviceClass %s, which network %s needs; nothing was changed",
-			c.podName(), drarecord.DriverName, draDeviceClass, c.conf.Name)
+			c.podName(), drarecord.DriverName, draDeviceClass, config.Quote(c.conf.Name))
 	}
 	dev, err := drarecord.Pick(devs, request, index)
 	if err != nil {
 		return drarecord.Device{}, fmt.Errorf("pod %s: %v; nothing was changed", c.podName(), err)
 	}
-	c.log.Infof("the pod's NIC for this attachment is %s (request %s, device %s of pool %s)", dev.PCIAddress, dev.Request, dev.Device, dev.Pool)
+	if !rdmadev.IsPCIAddress(dev.PCIAddress) {
+		return drarecord.Device{}, fmt.Errorf("the DRA driver's record of pod %s gives request %s the PCI address %s, which is not one (domain:bus:device.function); nothing was changed",
+			c.podName(), config.Quote(dev.Request), config.Quote(dev.PCIAddress))
+	}
+	c.log.Infof("the pod's NIC for this attachment is %s (request %s, device %s of pool %s)", dev.PCIAddress, config.Quote(dev.Request), config.Quote(dev.Device), config.Quote(dev.Pool))
 	return dev, nil
 }
 
@@ -208,7 +213,7 @@ func (c *call) releaseAddresses(ctx context.Context, conf []byte) error {
 	if err := c.p.delegate().Del(ctx, ipam.Type, conf); err != nil {
 		return fmt.Errorf("pod netns gone; the IPAM plugin %s could not release the addresses of %s: %v; retry DEL", config.Quote(ipam.Type), c.args.IfName, err)
 	}
-	c.log.Infof("pod netns gone: the kernel gave NIC %s back to the host; IPAM %s released its addresses", c.args.IfName, ipam.Type)
+	c.log.Infof("pod netns gone: the kernel gave NIC %s back to the host; IPAM %s released its addresses", c.args.IfName, config.Quote(ipam.Type))
 	return nil
 }
 

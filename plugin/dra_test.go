@@ -256,6 +256,16 @@ func TestDRARefusals(t *testing.T) {
 	_, err = e.add(p, e.draConf(p, dra, map[string]any{"pciBusID": "0000:3b:00.0"}), podArgs(draPod))
 	wantErr(t, err, "also sets pciBusID")
 
+	// A record's PCI address becomes a path in host-device: only a PCI
+	// address is passed on.
+	bad := filepath.Join(t.TempDir(), "bad")
+	if err := drarecord.Dir(bad).Write(&drarecord.Claim{Version: 1, ClaimUID: "c9", PodUID: draPod,
+		Devices: []drarecord.Device{{Request: "nics", PCIAddress: "../../../tmp/x"}}}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.add(p, e.draConf(p, map[string]any{"recordDir": bad}, nil), podArgs(draPod))
+	wantErr(t, err, `the PCI address "../../../tmp/x", which is not one`)
+
 	// A record directory that cannot be read fails ADD: a UID it reached
 	// would get that error, not the UID's refusal.
 	notDir := filepath.Join(t.TempDir(), "file")
