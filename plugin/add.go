@@ -44,7 +44,11 @@ func (c *call) add() error {
 	if err := c.conf.CheckSize(len(c.args.StdinData)); err != nil {
 		return types.NewError(types.ErrInvalidNetworkConfig, err.Error(), "")
 	}
-	if c.conf.Result == nil {
+	switch {
+	case c.conf.DRA != nil && c.conf.PrevResultJSON != nil && string(c.conf.PrevResultJSON) != "null":
+		return types.NewError(types.ErrInvalidNetworkConfig,
+			"network "+config.Quote(c.conf.Name)+" has \"dra\", so rdma-netns moves the pod's NIC itself (through host-device) and must come first in the plugin chain, but it got a prevResult from a plugin before it; put rdma-netns first and remove host-device from the chain; nothing was changed", "")
+	case c.conf.DRA == nil && c.conf.Result == nil:
 		return types.NewError(types.ErrInvalidNetworkConfig,
 			"rdma-netns needs a prevResult: it is a meta-plugin and must follow the plugin that moves the netdev into the pod (host-device, sriov) in a plugin chain", "")
 	}
@@ -74,7 +78,14 @@ func (c *call) add() error {
 	if own, err := inventory.Stat(ownNetns); err == nil && own == c.netnsID && !netnsOverridden(c.args) {
 		return types.NewError(types.ErrInvalidNetNS, "plugin's netns and netns from CNI_NETNS should not be the same", c.args.Netns)
 	}
+	if c.conf.DRA != nil {
+		return c.withClaimedNIC(func() error { return c.moveRDMA(req, podName) })
+	}
+	return c.moveRDMA(req, podName)
+}
 
+// moveRDMA moves the RDMA device of the attachment's NIC into the pod.
+func (c *call) moveRDMA(req config.PodRequest, podName string) error {
 	if err := c.exclusive(); err != nil {
 		if c.conf.AllowSharedMode {
 			c.log.Warnf("RDMA device left unisolated because allowSharedMode is set: %v", err)

@@ -28,7 +28,17 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 	return nil
 }
 
+// del returns the RDMA device first, so that it leaves the pod with its
+// NIC's netdev still there, and in dra mode then has host-device take the
+// NIC out; a failure keeps the NIC in the pod for the runtime's retry.
 func (c *call) del() error {
+	if err := c.delRDMA(); err != nil || c.conf.DRA == nil {
+		return err
+	}
+	return c.delClaimedNIC()
+}
+
+func (c *call) delRDMA() error {
 	if err := c.key().ValidateRuntime(); err != nil {
 		return types.NewError(types.ErrInvalidEnvironmentVariables, err.Error(), "")
 	}

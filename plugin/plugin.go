@@ -74,6 +74,9 @@ type Plugin struct {
 	NewLogger func(conf *config.NetConf, args *skel.CmdArgs) *logging.Logger
 	// Out receives the result; nil means stdout.
 	Out io.Writer
+	// Delegate runs host-device in dra mode; nil means the plugins in
+	// CNI_PATH.
+	Delegate Delegate
 }
 
 // New returns the plugin wired to the running kernel.

@@ -78,6 +78,13 @@ type NetConf struct {
 	// (rdmaDevName per pod), with a name that starts with this prefix.
 	PodRdmaDevNamePrefix string `json:"podRdmaDevNamePrefix,omitempty"`
 
+	// DRA, when set, has the plugin attach the NIC the pod's
+	// ResourceClaim holds: it comes first in the chain and hands the NIC
+	// to host-device itself (package drarecord says how it learns which).
+	DRA *DRA `json:"dra,omitempty"`
+	// IPAM is passed as it is to host-device in dra mode.
+	IPAM json.RawMessage `json:"ipam,omitempty"`
+
 	StateDir string `json:"stateDir,omitempty"`
 	LogFile  string `json:"logFile,omitempty"`
 	LogLevel string `json:"logLevel,omitempty"`
@@ -109,13 +116,36 @@ type NetConf struct {
 
 	// prevVersion is the cniVersion prevResult carried.
 	prevVersion string
+	// pciBusIDFrom names where PCIBusID came from when the network's
+	// configuration did not set it (PinDRA).
+	pciBusIDFrom string
 }
+
+// DRA is the network's "dra" object.
+type DRA struct {
+	// Request is the pod's request (or request/subrequest) whose NIC this
+	// network attaches; "" means all the pod's NICs of the driver, in order.
+	Request string `json:"request,omitempty"`
+	// Index picks among the request's NICs, from 0; nil leaves it to the
+	// pod (draIndex), else 0.
+	Index *int `json:"index,omitempty"`
+	// RecordDir is where the DRA driver writes its records; "" is
+	// drarecord.DefaultDir.
+	RecordDir string `json:"recordDir,omitempty"`
+}
+
+// maxDRAIndex bounds dra.index and a pod's draIndex: a pod holds at most a
+// few claims of at most 32 results each.
+const maxDRAIndex = 1023
 
 // PodRef is the pod a runtime names in CNI_ARGS (K8S_POD_NAMESPACE,
 // K8S_POD_NAME): recorded so metrics and reports can say which pod holds
 // a device.
 type PodRef struct {
 	Namespace, Name string
+	// UID is K8S_POD_UID as the runtime passed it, unchecked: dra mode
+	// checks it (drarecord.CheckPodUID) before it looks for records.
+	UID string `json:"-"`
 }
 
 // PerPodArgs are the settings a pod may pass through CNI_ARGS or args.cni.
@@ -207,7 +237,7 @@ func withVersion(raw []byte, v string) ([]byte, error) {
 // runtime sent it when it already is in that version (it parsed as a valid
 // result of that version, in Parse), converted otherwise.
 func (c *NetConf) PrintResult(w io.Writer) error {
-	if c.prevVersion == c.CNIVersion {
+	if c.prevVersion == c.CNIVersion && len(c.PrevResultJSON) > 0 {
 		if _, err := w.Write(append(bytes.TrimSpace(c.PrevResultJSON), '\n')); err != nil {
 			return fmt.Errorf("cannot write the result: %v", err)
 		}
@@ -287,6 +317,17 @@ func (c *NetConf) validate() error {
 			errs = append(errs, fmt.Errorf("%s %q must be an absolute path", f.field, f.val))
 		}
 	}
+	if d := c.DRA; d != nil {
+		if d.Request != "" && !validRequest(d.Request) {
+			errs = append(errs, errBadRequest("dra.request", d.Request))
+		}
+		if d.Index != nil && (*d.Index < 0 || *d.Index > maxDRAIndex) {
+			errs = append(errs, fmt.Errorf("dra.index %d is out of range 0-%d", *d.Index, maxDRAIndex))
+		}
+		if d.RecordDir != "" && (!filepath.IsAbs(d.RecordDir) || strings.ContainsRune(d.RecordDir, 0)) {
+			errs = append(errs, fmt.Errorf("dra.recordDir %q must be an absolute path", d.RecordDir))
+		}
+	}
 	if !logLevels[strings.ToLower(c.LogLevel)] {
 		errs = append(errs, fmt.Errorf("logLevel %q is not one of error, warn, info, debug", c.LogLevel))
 	}
@@ -348,6 +389,9 @@ func (c *NetConf) NetworkDevice() Source {
 // every plugin's deviceID and pciBusID (and into runtimeConfig.deviceID
 // too, where it then names the source in the log).
 func (c *NetConf) NetworkDeviceID() Source {
+	if c.pciBusIDFrom != "" {
+		return Source{c.PCIBusID, c.pciBusIDFrom}
+	}
 	rc := c.RuntimeConfig.DeviceID
 	if rc != "" && (rc == c.DeviceID || rc == c.PCIBusID) {
 		return Source{rc, "runtimeConfig.deviceID"}
@@ -356,6 +400,28 @@ func (c *NetConf) NetworkDeviceID() Source {
 		Source{c.DeviceID, "deviceID"},
 		Source{c.PCIBusID, "pciBusID"},
 	)
+}
+
+// PinDRA has the rest of ADD treat the NIC at PCI address pci as the
+// network's own, exactly as if its configuration set pciBusID; from says
+// where the address came from, for the log and for errors.
+func (c *NetConf) PinDRA(pci, from string) {
+	c.PCIBusID = pci
+	c.pciBusIDFrom = from
+}
+
+// SetPrevResult makes r the result ADD builds on and passes on, as if the
+// runtime had sent it as prevResult: in dra mode it comes from the
+// plugin's own call of host-device.
+func (c *NetConf) SetPrevResult(r types.Result) error {
+	res, err := current.NewResultFromResult(r)
+	if err != nil {
+		return fmt.Errorf("cannot convert host-device's result to version %s: %v", current.ImplementedSpecVersion, err)
+	}
+	c.Result = res
+	c.PrevResultJSON = nil
+	c.prevVersion = ""
+	return nil
 }
 
 // PodRequest is what the pod asked for itself: an RDMA device by name
@@ -426,21 +492,30 @@ func validNames(errs *[]error, srcs ...Source) []Source {
 	return ok
 }
 
-// argsCNI decodes the rdma-netns keys of args.cni. Other keys belong to
-// other plugins of the chain and are ignored; ours must be strings.
-func (c *NetConf) argsCNI() (PerPodArgs, error) {
-	var a PerPodArgs
+// argsCNIKeys decodes args.cni into its keys, their values left as they are.
+func (c *NetConf) argsCNIKeys() (map[string]json.RawMessage, error) {
 	if len(c.ArgsJSON) == 0 || string(c.ArgsJSON) == "null" {
-		return a, nil
+		return nil, nil
 	}
 	var args struct {
 		CNI map[string]json.RawMessage `json:"cni"`
 	}
 	if err := json.Unmarshal(c.ArgsJSON, &args); err != nil {
-		return a, fmt.Errorf("args is not an object with an object args.cni: %v", err)
+		return nil, fmt.Errorf("args is not an object with an object args.cni: %v", err)
+	}
+	return args.CNI, nil
+}
+
+// argsCNI decodes the rdma-netns keys of args.cni. Other keys belong to
+// other plugins of the chain and are ignored; ours must be strings.
+func (c *NetConf) argsCNI() (PerPodArgs, error) {
+	var a PerPodArgs
+	keys, err := c.argsCNIKeys()
+	if err != nil {
+		return a, err
 	}
 	for key, dst := range map[string]*string{"rdmaDevice": &a.RdmaDevice, "rdmaDevName": &a.RdmaDevName} {
-		raw, ok := args.CNI[key]
+		raw, ok := keys[key]
 		if !ok || string(raw) == "null" {
 			continue
 		}
@@ -499,6 +574,8 @@ func parseCNIArgs(s string) (PerPodArgs, PodRef, error) {
 			a.RdmaDevice = v
 		case "rdmaDevName":
 			a.RdmaDevName = v
+		case "K8S_POD_UID":
+			pod.UID = v
 		case "K8S_POD_NAMESPACE", "K8S_POD_NAME":
 			if !validK8sName(v) {
 				return a, pod, fmt.Errorf("CNI_ARGS %s %s is not a Kubernetes name", k, Quote(v))
@@ -530,4 +607,82 @@ func validK8sName(s string) bool {
 		}
 	}
 	return true
+}
+
+// DRAPick is which of the pod's NICs a dra network attaches: the
+// network's dra.request and dra.index, and where it leaves one unset the
+// pod's args.cni draRequest or draIndex. A pod's value where the network
+// set its own is refused unless it is the same: the pod may narrow what
+// its network allows, never widen it. Only ADD calls it: DEL needs no pick.
+func (c *NetConf) DRAPick() (request string, index int, err error) {
+	if c.DRA == nil {
+		return "", 0, errors.New("the network's configuration has no \"dra\" object")
+	}
+	request = c.DRA.Request
+	if c.DRA.Index != nil {
+		index = *c.DRA.Index
+	}
+	keys, err := c.argsCNIKeys()
+	if err != nil {
+		return "", 0, podRefused(err)
+	}
+	if raw, ok := keys["draRequest"]; ok && string(raw) != "null" {
+		var r string
+		if err := json.Unmarshal(raw, &r); err != nil {
+			return "", 0, podRefused(fmt.Errorf("args.cni.draRequest %s is not a string", truncate(string(raw), 70)))
+		}
+		switch {
+		case !validRequest(r):
+			return "", 0, podRefused(errBadRequest("args.cni.draRequest", r))
+		case c.DRA.Request == "":
+			request = r
+		case r != c.DRA.Request:
+			return "", 0, podRefused(fmt.Errorf("args.cni.draRequest %s: this network attaches a NIC of request %q (its dra.request), and a pod may narrow what its network allows, never widen it", Quote(r), c.DRA.Request))
+		}
+	}
+	if raw, ok := keys["draIndex"]; ok && string(raw) != "null" {
+		i, err := strconv.Atoi(string(raw))
+		if err != nil || i < 0 || i > maxDRAIndex {
+			return "", 0, podRefused(fmt.Errorf("args.cni.draIndex %s is not a whole number from 0 to %d", truncate(string(raw), 70), maxDRAIndex))
+		}
+		switch {
+		case c.DRA.Index == nil:
+			index = i
+		case i != *c.DRA.Index:
+			return "", 0, podRefused(fmt.Errorf("args.cni.draIndex %d: this network attaches the NIC at index %d (its dra.index), and a pod may narrow what its network allows, never widen it", i, *c.DRA.Index))
+		}
+	}
+	return request, index, nil
+}
+
+func podRefused(err error) error {
+	return fmt.Errorf("the pod's own settings were refused: %w; nothing was changed", err)
+}
+
+// validRequest accepts a ResourceClaim request name, or request/subrequest:
+// each a DNS label, as the API server allows them.
+func validRequest(s string) bool {
+	req, sub, hasSub := strings.Cut(s, "/")
+	return dnsLabel(req) && (!hasSub || dnsLabel(sub))
+}
+
+// dnsLabel is 1 to 63 of [a-z0-9-], starting and ending with [a-z0-9].
+func dnsLabel(s string) bool {
+	if len(s) == 0 || len(s) > 63 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		b := s[i]
+		switch {
+		case 'a' <= b && b <= 'z', '0' <= b && b <= '9':
+		case b == '-' && i > 0 && i < len(s)-1:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+func errBadRequest(field, val string) error {
+	return fmt.Errorf("%s %s is not a request name (a DNS label, or request/subrequest)", field, Quote(val))
 }

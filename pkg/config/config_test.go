@@ -567,3 +567,82 @@ func TestPrintResultKeepsUnknownFields(t *testing.T) {
 		t.Fatalf("output %s lost the interface's pciID", out.String())
 	}
 }
+
+// The "dra" object is checked like the other keys the network sets; the
+// pod's draRequest and draIndex count only where the network leaves
+// request or index unset, and are read by ADD alone.
+func TestDRAConfig(t *testing.T) {
+	c, err := Parse([]byte(withFields(`"dra":{"request":"nics/fast","index":2,"recordDir":"/run/dra"},"ipam":{"type":"static"}`)), "K8S_POD_UID=abc-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.DRA.Request != "nics/fast" || *c.DRA.Index != 2 || c.DRA.RecordDir != "/run/dra" || string(c.IPAM) != `{"type":"static"}` || c.Pod.UID != "abc-1" {
+		t.Fatalf("parsed %+v %+v ipam %s", c.DRA, c.Pod, c.IPAM)
+	}
+	for _, tt := range []struct{ fields, want string }{
+		{`"dra":{"request":"Nics"}`, `dra.request "Nics" is not a request name`},
+		{`"dra":{"request":"a/b/c"}`, `dra.request "a/b/c"`},
+		{`"dra":{"request":"../x"}`, `dra.request "../x"`},
+		{`"dra":{"index":-1}`, "dra.index -1 is out of range 0-1023"},
+		{`"dra":{"index":1024}`, "dra.index 1024 is out of range"},
+		{`"dra":{"recordDir":"rel"}`, `dra.recordDir "rel" must be an absolute path`},
+	} {
+		if _, err := Parse([]byte(withFields(tt.fields)), ""); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: err %v, want %q", tt.fields, err, tt.want)
+		}
+	}
+
+	for _, tt := range []struct {
+		dra, args string
+		req       string
+		index     int
+		err       string
+	}{
+		{`{}`, ``, "", 0, ""},
+		{`{"request":"nics","index":1}`, ``, "nics", 1, ""},
+		{`{}`, `{"draRequest":"nics","draIndex":3}`, "nics", 3, ""},
+		{`{"request":"nics"}`, `{"draIndex":3}`, "nics", 3, ""},
+		{`{"index":0}`, `{"draRequest":"gpu-nic/a"}`, "gpu-nic/a", 0, ""},
+		{`{"request":"nics","index":1}`, `{"draRequest":"nics","draIndex":1}`, "nics", 1, ""},
+		{`{"request":"nics"}`, `{"draRequest":"other"}`, "", 0, `args.cni.draRequest "other": this network attaches a NIC of request "nics"`},
+		{`{"index":0}`, `{"draIndex":1}`, "", 0, "args.cni.draIndex 1: this network attaches the NIC at index 0"},
+		{`{}`, `{"draIndex":1.5}`, "", 0, "args.cni.draIndex 1.5 is not a whole number from 0 to 1023"},
+		{`{}`, `{"draIndex":-1}`, "", 0, "args.cni.draIndex -1 is not a whole number"},
+		{`{}`, `{"draIndex":"1"}`, "", 0, `args.cni.draIndex "1" is not a whole number`},
+		{`{}`, `{"draIndex":1e3}`, "", 0, "args.cni.draIndex 1e3"},
+		{`{}`, `{"draRequest":7}`, "", 0, "args.cni.draRequest 7 is not a string"},
+		{`{}`, `{"draRequest":"` + strings.Repeat("x", 300) + `"}`, "", 0, "... (300 bytes) is not a request name"},
+	} {
+		fields := `"dra":` + tt.dra
+		if tt.args != "" {
+			fields += `,"args":{"cni":` + tt.args + `}`
+		}
+		c, err := Parse([]byte(withFields(fields)), "")
+		if err != nil {
+			t.Fatalf("%s: Parse: %v (a pod's args must not fail the parse, which DEL shares)", fields, err)
+		}
+		req, index, err := c.DRAPick()
+		if tt.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.err) || !strings.Contains(err.Error(), "the pod's own settings were refused") {
+				t.Errorf("%s: DRAPick = %q %d %v, want error %q", fields, req, index, err, tt.err)
+			}
+			continue
+		}
+		if err != nil || req != tt.req || index != tt.index {
+			t.Errorf("%s: DRAPick = %q %d %v, want %q %d", fields, req, index, err, tt.req, tt.index)
+		}
+	}
+}
+
+// The device a dra network pins is named by the claim in the log and in
+// errors, over a pod's runtimeConfig.deviceID of the same address.
+func TestPinDRA(t *testing.T) {
+	c, err := Parse([]byte(withFields(`"dra":{},"runtimeConfig":{"deviceID":"0000:00:05.0"}`)), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.PinDRA("0000:00:05.0", "the pod's claim")
+	if got := c.NetworkDeviceID(); got != (Source{"0000:00:05.0", "the pod's claim"}) {
+		t.Fatalf("NetworkDeviceID = %+v", got)
+	}
+}

@@ -298,6 +298,14 @@ func normalizePCIAddress(id string) (string, bool) {
 	return domain + ":" + id, true
 }
 
+// IsPCIAddress reports whether s is a PCI address as sysfs spells it
+// (domain:bus:device.function, lower case): what a record may hand
+// host-device as a path element under /sys/bus/pci/devices.
+func IsPCIAddress(s string) bool {
+	n, ok := normalizePCIAddress(s)
+	return ok && n == s
+}
+
 func isHex(s string) bool {
 	for i := 0; i < len(s); i++ {
 		if c := s[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {

@@ -317,3 +317,17 @@ func TestCandidatesInexact(t *testing.T) {
 		t.Fatalf("Candidates with an odd class link: exact %v, %v", exact, err)
 	}
 }
+
+// IsPCIAddress takes only the form sysfs spells, which names one entry of
+// /sys/bus/pci/devices.
+func TestIsPCIAddress(t *testing.T) {
+	for s, want := range map[string]bool{
+		"0000:3b:00.0": true, "10000:00:05.7": true,
+		"3b:00.0": false, "0000:3B:00.0": false, "0000:3b:00.8": false, "../../../tmp/x": false,
+		"0000:3b:00.0/..": false, "": false, "mlx5_core.sf.2": false,
+	} {
+		if got := IsPCIAddress(s); got != want {
+			t.Errorf("IsPCIAddress(%q) = %v, want %v", s, got, want)
+		}
+	}
+}

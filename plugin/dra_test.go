@@ -1,0 +1,343 @@
+package plugin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/containernetworking/cni/pkg/types"
+	current "github.com/containernetworking/cni/pkg/types/100"
+
+	"github.com/rdma-netns/rdma-netns/pkg/drarecord"
+)
+
+const (
+	draPod   = "7f3c9a62-0b1d-4a8e-9c55-2f6d1e0a4b01"
+	otherPod = "0c4e2d8f-5a7b-4e19-8d3c-6b1f9e2a7c02"
+)
+
+// delegated is one call rdma-netns made of another plugin.
+type delegated struct {
+	verb, plugin string
+	conf         map[string]any
+	// rxe2 is where the fake kernel had RDMA device rxe2 at the call.
+	rxe2 string
+}
+
+// fakeDelegate stands in for host-device (and an IPAM plugin): it records
+// each call and answers ADD with the result host-device gives.
+type fakeDelegate struct {
+	mu     sync.Mutex
+	k      *fakeKernel
+	p      pod
+	calls  []delegated
+	addErr error
+	delErr error
+}
+
+func (d *fakeDelegate) record(verb, plugin string, conf []byte) {
+	var m map[string]any
+	if err := json.Unmarshal(conf, &m); err != nil {
+		panic(err)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.calls = append(d.calls, delegated{verb, plugin, m, d.k.location("rxe2")})
+}
+
+func (d *fakeDelegate) Add(_ context.Context, plugin string, conf []byte) (types.Result, error) {
+	d.record("ADD", plugin, conf)
+	if d.addErr != nil {
+		return nil, d.addErr
+	}
+	return &current.Result{CNIVersion: "1.1.0",
+		Interfaces: []*current.Interface{{Name: d.p.ifName, Sandbox: d.p.path(), Mac: "02:00:00:00:00:05"}},
+		IPs:        []*current.IPConfig{{Interface: current.Int(0), Address: mustCIDR("10.1.2.3/24")}},
+	}, nil
+}
+
+func (d *fakeDelegate) Del(_ context.Context, plugin string, conf []byte) error {
+	d.record("DEL", plugin, conf)
+	return d.delErr
+}
+
+func mustCIDR(s string) net.IPNet {
+	ip, n, err := net.ParseCIDR(s)
+	if err != nil {
+		panic(err)
+	}
+	n.IP = ip
+	return *n
+}
+
+// draEnv is a node where the DRA driver prepared rxe1's NIC (0000:00:04.0)
+// and rxe2's (0000:00:05.0) for draPod's claim "nics", and mlx5_0's NIC
+// for another pod's request "secret".
+func draEnv(t *testing.T) (*env, pod, *fakeDelegate, string) {
+	e := newEnv(t)
+	p := e.newPod("c1", "net1", "", "")
+	d := &fakeDelegate{k: e.kernel, p: p}
+	e.plugin.Delegate = d
+	dir := filepath.Join(t.TempDir(), "dra")
+	rec := drarecord.Dir(dir)
+	for _, c := range []*drarecord.Claim{
+		{Version: 1, ClaimUID: "claim-1", ClaimName: "p-nics-x", PodClaimName: "nics", PodUID: draPod, Devices: []drarecord.Device{
+			{Request: "nics", PCIAddress: "0000:00:04.0", Device: "pci-0000-00-04-0", Pool: "node1"},
+			{Request: "nics", PCIAddress: "0000:00:05.0", Device: "pci-0000-00-05-0", Pool: "node1"},
+		}},
+		{Version: 1, ClaimUID: "claim-2", ClaimName: "q-x", PodClaimName: "x", PodUID: otherPod, Devices: []drarecord.Device{
+			{Request: "secret", PCIAddress: "0000:3b:00.0", Device: "pci-0000-3b-00-0", Pool: "node1"},
+		}},
+	} {
+		if err := rec.Write(c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return e, p, d, dir
+}
+
+func (e *env) draConf(p pod, dra map[string]any, extra map[string]any) []byte {
+	all := map[string]any{"prevResult": nil, "dra": dra, "ipam": map[string]any{"type": "static", "addresses": []any{map[string]any{"address": "10.1.2.3/24"}}}}
+	for k, v := range extra {
+		all[k] = v
+	}
+	return e.netconf(p, "1.1.0", all)
+}
+
+func podArgs(uid string) string {
+	return "IgnoreUnknown=1;K8S_POD_NAMESPACE=ns;K8S_POD_NAME=p;K8S_POD_UID=" + uid
+}
+
+func argsCNI(kv map[string]any) map[string]any {
+	return map[string]any{"args": map[string]any{"cni": kv}}
+}
+
+func wantConf(t *testing.T, got map[string]any, want string) {
+	t.Helper()
+	var w map[string]any
+	if err := json.Unmarshal([]byte(want), &w); err != nil {
+		t.Fatal(err)
+	}
+	g, _ := json.Marshal(got)
+	wb, _ := json.Marshal(w)
+	if string(g) != string(wb) {
+		t.Fatalf("delegated config\n %s\nwant\n %s", g, wb)
+	}
+}
+
+const staticIPAM = `"ipam":{"type":"static","addresses":[{"address":"10.1.2.3/24"}]}`
+
+// ADD hands host-device the PCI address of the pod's claimed NIC, with
+// the network's ipam and nothing of the runtime's, then moves that NIC's
+// RDMA device; CHECK holds on the result; DEL returns the RDMA device
+// before host-device takes the NIC out by its name in the pod.
+func TestDRAAddDel(t *testing.T) {
+	e, p, d, dir := draEnv(t)
+	conf := e.draConf(p, map[string]any{"request": "nics", "index": 1, "recordDir": dir},
+		map[string]any{"runtimeConfig": map[string]any{"deviceID": "0000:00:05.0"}})
+	res, err := e.add(p, conf, podArgs(draPod))
+	if err != nil {
+		t.Fatalf("ADD: %v\nlog:\n%s", err, e.log)
+	}
+	if len(d.calls) != 1 || d.calls[0].verb != "ADD" || d.calls[0].plugin != "host-device" {
+		t.Fatalf("delegated %+v, want one host-device ADD", d.calls)
+	}
+	wantConf(t, d.calls[0].conf, `{"cniVersion":"1.1.0","name":"rdma-net","type":"host-device","pciBusID":"0000:00:05.0",`+staticIPAM+`}`)
+	e.wantWhere("rxe2", p.path())
+	e.wantWhere("rxe1", "host")
+	e.wantWhere("mlx5_0", "host")
+	got, err := current.NewResultFromResult(res)
+	if err != nil || len(got.Interfaces) != 1 || got.Interfaces[0].Mac != "02:00:00:00:00:05" || len(got.IPs) != 1 {
+		t.Fatalf("ADD result %+v (%v), want host-device's", got, err)
+	}
+	if recs := e.records(); len(recs) != 1 || recs[0].Device != "rxe2" || recs[0].PCIAddress != "0000:00:05.0" {
+		t.Fatalf("records %+v", recs)
+	}
+	if !strings.Contains(e.log.String(), "by the pod's claim (request nics) 0000:00:05.0") {
+		t.Errorf("log does not say the claim chose the device:\n%s", e.log)
+	}
+
+	var prev map[string]any
+	b, _ := json.Marshal(got)
+	_ = json.Unmarshal(b, &prev)
+	if err := e.check(p, e.draConf(p, map[string]any{"request": "nics", "index": 1, "recordDir": dir}, map[string]any{"prevResult": prev})); err != nil {
+		t.Fatalf("CHECK on the ADD's result: %v", err)
+	}
+
+	if err := e.del(p, conf); err != nil {
+		t.Fatalf("DEL: %v", err)
+	}
+	e.wantWhere("rxe2", "host")
+	if len(d.calls) != 2 || d.calls[1].verb != "DEL" || d.calls[1].plugin != "host-device" {
+		t.Fatalf("delegated %+v, want host-device ADD then DEL", d.calls)
+	}
+	if d.calls[1].rxe2 != "host" {
+		t.Fatalf("host-device DEL ran while RDMA device rxe2 was in %s: the RDMA device must go home first", d.calls[1].rxe2)
+	}
+	wantConf(t, d.calls[1].conf, `{"cniVersion":"1.1.0","name":"rdma-net","type":"host-device","device":"net1",`+staticIPAM+`}`)
+}
+
+// Which of the pod's NICs: the network's request and index, the pod's
+// draRequest and draIndex only where the network leaves them unset.
+func TestDRAPick(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		dra     map[string]any
+		podArgs map[string]any
+		want    string   // PCI address handed to host-device
+		errs    []string // else: the error says these
+	}{
+		{name: "network's request, first NIC", dra: map[string]any{"request": "nics"}, want: "0000:00:04.0"},
+		{name: "all the pod's NICs, network's index", dra: map[string]any{"index": 1}, want: "0000:00:05.0"},
+		{name: "pod's index where the network sets none", dra: map[string]any{"request": "nics"}, podArgs: map[string]any{"draIndex": 1}, want: "0000:00:05.0"},
+		{name: "pod's request where the network sets none", dra: map[string]any{"index": 1}, podArgs: map[string]any{"draRequest": "nics"}, want: "0000:00:05.0"},
+		{name: "pod repeats the network's index", dra: map[string]any{"index": 0}, podArgs: map[string]any{"draIndex": 0}, want: "0000:00:04.0"},
+		{name: "pod may not override the network's index", dra: map[string]any{"index": 0}, podArgs: map[string]any{"draIndex": 1},
+			errs: []string{"args.cni.draIndex 1", "dra.index", "never widen"}},
+		{name: "pod may not override the network's request", dra: map[string]any{"request": "nics"}, podArgs: map[string]any{"draRequest": "gpus"},
+			errs: []string{`args.cni.draRequest "gpus"`, "dra.request", "never widen"}},
+		{name: "draIndex must be a number", dra: map[string]any{}, podArgs: map[string]any{"draIndex": "1"}, errs: []string{"args.cni.draIndex", "whole number"}},
+		{name: "draIndex bounded", dra: map[string]any{}, podArgs: map[string]any{"draIndex": 1e9}, errs: []string{"args.cni.draIndex", "whole number"}},
+		{name: "draRequest a request name", dra: map[string]any{}, podArgs: map[string]any{"draRequest": "../x"}, errs: []string{`args.cni.draRequest "../x"`, "not a request name"}},
+		{name: "another pod's request", dra: map[string]any{}, podArgs: map[string]any{"draRequest": "secret"},
+			errs: []string{`for request "secret"`, `its requests: "nics" (2)`}},
+		{name: "index past the pod's NICs", dra: map[string]any{"request": "nics", "index": 2},
+			errs: []string{"holds 2 NIC(s)", "no NIC at index 2", `"nics" (2)`}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			e, p, d, dir := draEnv(t)
+			tt.dra["recordDir"] = dir
+			var extra map[string]any
+			if tt.podArgs != nil {
+				extra = argsCNI(tt.podArgs)
+			}
+			_, err := e.add(p, e.draConf(p, tt.dra, extra), podArgs(draPod))
+			if tt.errs != nil {
+				wantErr(t, err, tt.errs...)
+				if strings.Contains(err.Error(), "0000:3b") || strings.Contains(err.Error(), "secret\" (") {
+					t.Fatalf("the refusal names another pod's NIC or request: %v", err)
+				}
+				if len(d.calls) != 0 {
+					t.Fatalf("delegated %+v after a refusal", d.calls)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("ADD: %v", err)
+			}
+			if len(d.calls) != 1 || d.calls[0].conf["pciBusID"] != tt.want {
+				t.Fatalf("delegated %+v, want pciBusID %s", d.calls, tt.want)
+			}
+		})
+	}
+}
+
+// Without a record of the pod, without a usable K8S_POD_UID or with a
+// prevResult, ADD fails before host-device runs; a bad UID is refused
+// before the record directory is read.
+func TestDRARefusals(t *testing.T) {
+	e, p, d, dir := draEnv(t)
+	dra := map[string]any{"recordDir": dir}
+	_, err := e.add(p, e.draConf(p, dra, nil), podArgs("e5a1c0de-0000-4000-8000-000000000000"))
+	wantErr(t, err, "pod ns/p has no NIC prepared by driver nic.rdma-netns.io on this node", "DeviceClass rdma-nic.rdma-netns.io")
+	if strings.Contains(err.Error(), "secret") || strings.Contains(err.Error(), "0000:") {
+		t.Fatalf("error names another pod's claim: %v", err)
+	}
+	_, err = e.add(p, e.draConf(p, dra, nil), "K8S_POD_NAME=p")
+	wantErr(t, err, "dra mode needs K8S_POD_UID, which Multus passes")
+	_, err = e.add(p, e.netconf(p, "1.1.0", map[string]any{"dra": dra}), podArgs(draPod))
+	wantErr(t, err, "must come first in the plugin chain", "prevResult")
+	_, err = e.add(p, e.draConf(p, dra, map[string]any{"pciBusID": "0000:3b:00.0"}), podArgs(draPod))
+	wantErr(t, err, "also sets pciBusID")
+
+	// A record's PCI address becomes a path in host-device: only a PCI
+	// address is passed on.
+	bad := filepath.Join(t.TempDir(), "bad")
+	if err := drarecord.Dir(bad).Write(&drarecord.Claim{Version: 1, ClaimUID: "c9", PodUID: draPod,
+		Devices: []drarecord.Device{{Request: "nics", PCIAddress: "../../../tmp/x"}}}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.add(p, e.draConf(p, map[string]any{"recordDir": bad}, nil), podArgs(draPod))
+	wantErr(t, err, `the PCI address "../../../tmp/x", which is not one`)
+
+	// A record directory that cannot be read fails ADD: a UID it reached
+	// would get that error, not the UID's refusal.
+	notDir := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(notDir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.add(p, e.draConf(p, map[string]any{"recordDir": notDir}, nil), podArgs(draPod))
+	wantErr(t, err, "cannot read the DRA driver's records")
+	for _, uid := range []string{"../" + draPod, "x/y", "..", strings.Repeat("a", 65)} {
+		_, err = e.add(p, e.draConf(p, map[string]any{"recordDir": notDir}, nil), podArgs(uid))
+		wantErr(t, err, "K8S_POD_UID", "pod UID")
+		if strings.Contains(err.Error(), "records") {
+			t.Fatalf("UID %q reached the record directory: %v", uid, err)
+		}
+	}
+	if len(d.calls) != 0 {
+		t.Fatalf("delegated %+v after refusals", d.calls)
+	}
+	e.wantWhere("rxe1", "host")
+	e.wantWhere("rxe2", "host")
+}
+
+// When the RDMA move fails after host-device moved the NIC, host-device
+// takes the NIC back and ADD reports the move's failure.
+func TestDRARollback(t *testing.T) {
+	e, p, d, dir := draEnv(t)
+	e.kernel.failMoveIn = errors.New("injected move failure")
+	_, err := e.add(p, e.draConf(p, map[string]any{"recordDir": dir}, nil), podArgs(draPod))
+	wantErr(t, err, "injected move failure")
+	if len(d.calls) != 2 || d.calls[0].verb != "ADD" || d.calls[1].verb != "DEL" || d.calls[1].plugin != "host-device" || d.calls[1].conf["device"] != "net1" {
+		t.Fatalf("delegated %+v, want host-device ADD then DEL of net1", d.calls)
+	}
+	e.wantWhere("rxe1", "host")
+	if recs := e.records(); len(recs) != 0 {
+		t.Fatalf("records left: %+v", recs)
+	}
+
+	d.calls = nil
+	d.delErr = errors.New("injected DEL failure")
+	_, err = e.add(p, e.draConf(p, map[string]any{"recordDir": dir}, nil), podArgs(draPod))
+	wantErr(t, err, "injected move failure", "could not take NIC 0000:00:04.0 back", "injected DEL failure")
+}
+
+// DEL needs no record: with the pod's netns gone the NIC is back in the
+// host and only the addresses are released; a link host-device no longer
+// finds in the pod was taken out already. Another failure fails DEL.
+func TestDRADelAlreadyDone(t *testing.T) {
+	e, p, d, dir := draEnv(t)
+	conf := e.draConf(p, map[string]any{"recordDir": dir}, nil)
+	d.delErr = &types.Error{Code: 999, Msg: `failed to find "net1" in containerNS: Link not found`}
+	if err := e.del(p, conf); err != nil {
+		t.Fatalf("DEL with the link gone: %v", err)
+	}
+	if len(d.calls) != 1 || d.calls[0].plugin != "host-device" {
+		t.Fatalf("delegated %+v", d.calls)
+	}
+
+	d.calls = nil
+	d.delErr = errors.New("failed to move \"net1\" to tempNS: device busy")
+	wantErr(t, e.del(p, conf), "host-device could not take NIC net1 out of the pod", "device busy", "retry DEL")
+
+	d.calls = nil
+	d.delErr = nil
+	e.deleteNetns(p)
+	if err := e.del(p, conf); err != nil {
+		t.Fatalf("DEL with the netns gone: %v", err)
+	}
+	if len(d.calls) != 1 || d.calls[0].plugin != "static" || d.calls[0].conf["device"] != "net1" {
+		t.Fatalf("delegated %+v, want the IPAM plugin's DEL alone", d.calls)
+	}
+	d.calls = nil
+	if err := e.del(p, e.draConf(p, map[string]any{"recordDir": dir}, map[string]any{"ipam": nil})); err != nil || len(d.calls) != 0 {
+		t.Fatalf("DEL with the netns gone and no ipam: %v, delegated %+v", err, d.calls)
+	}
+}
