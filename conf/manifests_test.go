@@ -444,6 +444,11 @@ func checkDaemonSet(ds *appsv1.DaemonSet) error {
 			return fmt.Errorf("container exporter: %w", err)
 		}
 	}
+	if runs(ds.Spec.Template.Spec, draBinary) {
+		if err := checkDRA(ds.Spec.Template.Spec); err != nil {
+			return fmt.Errorf("container dra: %w", err)
+		}
+	}
 	if !runs(ds.Spec.Template.Spec, "/rdma-netns-nri") {
 		return nil // nri.enabled=false: nothing of NRI to check
 	}
