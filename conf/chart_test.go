@@ -73,6 +73,7 @@ var valueSets = []struct {
 	{"nri settings", values("nri.memlock", "64Gi", "nri.shmSize", "16Gi", "nri.maxShmSize", "64Gi", "nri.logLevel", "debug", "nri.index", 20)},
 	{"nri image older than --max-shm-size", values("nri.maxShmSize", nil)},
 	{"every node", values("rdmaNodeLabel", "")},
+	{"dra", values("dra.enabled", true, "dra.resources", map[string]any{"limits": map[string]any{"memory": "256Mi"}})},
 	{"another RDMA label", values("rdmaNodeLabel", "example.com/rdma=yes", "nodeSelector", map[string]any{"pool": "training"})},
 	{"scheduling", values("nodeSelector", map[string]any{"feature.node.kubernetes.io/rdma.capable": "true"}, "priorityClassName", "",
 		"tolerations", []any{}, "imagePullSecrets", []any{map[string]any{"name": "regcred"}}, "image.digest", "sha256:"+strings.Repeat("ab", 32))},
@@ -172,6 +173,8 @@ func TestChartSchemaRejects(t *testing.T) {
 		{"log level", values("nri.logLevel", "verbose"), []string{"logLevel"}},
 		{"index of three digits", values("nri.index", "100"), []string{"index"}},
 		{"pull policy", values("image.pullPolicy", "IfNotPresnt"), []string{"pullPolicy"}},
+		{"typo dra.enable", values("dra.enable", true), []string{"at '/dra'", "additional properties 'enable' not allowed"}},
+		{"dra.enabled as a string", values("dra.enabled", "true"), []string{"enabled"}},
 		{"servicemonitor without exporter", values("exporter.enabled", false, "exporter.serviceMonitor.enabled", true), []string{"exporter.serviceMonitor.enabled needs exporter.enabled"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -94,7 +94,9 @@ func checkExporterToken(spec corev1.PodSpec, c *corev1.Container, o exporter.Opt
 		return errors.New("automountServiceAccountToken is not false: every container would hold the token")
 	}
 	for _, other := range append(spec.InitContainers, spec.Containers...) {
-		if other.Name != c.Name && mountAt(&other, kubeauth.ServiceAccountDir) != nil {
+		// The DRA driver has its own use for the token (dra_test.go).
+		isDRA := len(other.Command) > 0 && other.Command[0] == draBinary
+		if other.Name != c.Name && !isDRA && mountAt(&other, kubeauth.ServiceAccountDir) != nil {
 			return fmt.Errorf("container %s mounts a ServiceAccount token it has no use for", other.Name)
 		}
 	}
@@ -193,6 +195,11 @@ func (r *rbac) rolesOf(ns, name string) []*rbacv1.ClusterRole {
 // those reviews ask of a scraper: get on /metrics.
 func checkRBAC(ds *appsv1.DaemonSet, r *rbac) error {
 	spec := ds.Spec.Template.Spec
+	if draContainer(spec) != nil {
+		if err := checkDRARBAC(ds.Namespace, spec.ServiceAccountName, r); err != nil {
+			return err
+		}
+	}
 	c := exporterContainer(spec)
 	if c == nil {
 		return nil

@@ -21,6 +21,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	nodev1 "k8s.io/api/node/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -92,6 +93,8 @@ var kinds = map[string]struct {
 	"RuntimeClass":                {"node.k8s.io/v1", func() any { return &nodev1.RuntimeClass{} }},
 	"ClusterRole":                 {"rbac.authorization.k8s.io/v1", func() any { return &rbacv1.ClusterRole{} }},
 	"ClusterRoleBinding":          {"rbac.authorization.k8s.io/v1", func() any { return &rbacv1.ClusterRoleBinding{} }},
+	"DeviceClass":                 {"resource.k8s.io/v1", func() any { return &resourcev1.DeviceClass{} }},
+	"ResourceClaimTemplate":       {"resource.k8s.io/v1", func() any { return &resourcev1.ResourceClaimTemplate{} }},
 }
 
 // object is one decoded YAML document.
@@ -220,6 +223,15 @@ func checkChain(raw []byte, name, deviceID string) error {
 			continue
 		}
 		found++
+		if isDRA(p.Bytes) {
+			if err := checkDRAChain(i, list); err != nil {
+				return err
+			}
+			if err := checkDRAEntry(p, list); err != nil {
+				return fmt.Errorf("plugin %d (rdma-netns): %w", i, err)
+			}
+			continue
+		}
 		if i == 0 {
 			return errors.New("rdma-netns is the first plugin; it needs the prevResult of the plugin that moves the netdev (host-device, sriov)")
 		}
@@ -326,6 +338,7 @@ func TestManifests(t *testing.T) {
 	var services []*corev1.Service
 	var monitors []*serviceMonitor
 	var roles rbac
+	var dra draExamples
 	wantsDeviceID := map[string]string{} // NAD -> file, for device-info without a resource
 	selectedByID := map[string]bool{}    // networks some pod selects with a deviceID
 	for _, f := range confFiles(t, ".yaml", ".yml") {
@@ -340,6 +353,7 @@ func TestManifests(t *testing.T) {
 		}
 		for _, o := range objs {
 			roles.add(o.obj)
+			dra.add(o)
 			switch obj := o.obj.(type) {
 			case *appsv1.DaemonSet:
 				if err := checkDaemonSet(obj); err != nil {
@@ -392,6 +406,9 @@ func TestManifests(t *testing.T) {
 	// deviceID (e2e/multus shows it): from a resourceName, or from the pod's
 	// network-selection element. Without either the capability promises a
 	// network-status device-info that never appears.
+	for _, err := range dra.check() {
+		t.Error(err)
+	}
 	for nad, where := range wantsDeviceID {
 		if !selectedByID[nad] {
 			t.Errorf("%s: NetworkAttachmentDefinition %s declares CNIDeviceInfoFile but has no resourceName and no pod in conf/ selects it with a deviceID: Multus would pass no device-info file", where, nad)
@@ -442,6 +459,11 @@ func checkDaemonSet(ds *appsv1.DaemonSet) error {
 	if runs(ds.Spec.Template.Spec, "/rdma-netns-exporter") {
 		if err := checkExporter(ds.Spec.Template.Spec); err != nil {
 			return fmt.Errorf("container exporter: %w", err)
+		}
+	}
+	if runs(ds.Spec.Template.Spec, draBinary) {
+		if err := checkDRA(ds.Spec.Template.Spec); err != nil {
+			return fmt.Errorf("container dra: %w", err)
 		}
 	}
 	if !runs(ds.Spec.Template.Spec, "/rdma-netns-nri") {

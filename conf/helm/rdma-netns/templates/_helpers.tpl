@@ -96,3 +96,28 @@ same limits whichever instance serves it.
 {{- end -}}
 {{- toJson $cmd -}}
 {{- end -}}
+
+{{/* The DRA driver's name: its kubelet plugin directory, its ResourceSlices and the DeviceClass's selector (pkg/drarecord.DriverName). */}}
+{{- define "rdma-netns.draDriver" -}}nic.rdma-netns.io{{- end -}}
+
+{{/* Where the DRA driver writes its records and rdma-netns reads them (pkg/drarecord.DefaultDir, the NAD's "dra" default). */}}
+{{- define "rdma-netns.draRecordDir" -}}/var/lib/cni/rdma-netns-dra{{- end -}}
+
+{{/* A projected volume holding what automountServiceAccountToken would mount: a token the kubelet renews, the cluster's CA, the namespace. */}}
+{{- define "rdma-netns.tokenVolume" -}}
+projected:
+  sources:
+    - serviceAccountToken:
+        path: token
+        expirationSeconds: 3607
+    - configMap:
+        name: kube-root-ca.crt
+        items:
+          - key: ca.crt
+            path: ca.crt
+    - downwardAPI:
+        items:
+          - path: namespace
+            fieldRef:
+              fieldPath: metadata.namespace
+{{- end -}}

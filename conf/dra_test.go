@@ -1,0 +1,364 @@
+package conf
+
+import (
+	"errors"
+	"fmt"
+	"path"
+	"slices"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+
+	"github.com/rdma-netns/rdma-netns/pkg/drarecord"
+	"github.com/rdma-netns/rdma-netns/pkg/kubeauth"
+)
+
+const draBinary = "/rdma-netns-dra"
+
+// draFlags are the flags of rdma-netns-dra (cmd/rdma-netns-dra) and their
+// defaults; a flag outside them would stop the driver at its start.
+var draFlags = map[string]string{
+	"node-name":  "$(NODE_NAME)", // the binary's default is $NODE_NAME
+	"record-dir": drarecord.DefaultDir,
+	"sysfs":      "/sys",
+	"kubeconfig": "",
+	"rescan":     "30s",
+}
+
+// draOptions reads the driver's command line as Go's flag package would
+// (-f, --f, -f=v, --f=v, -f v), with the defaults filled in.
+func draOptions(args []string) (map[string]string, error) {
+	o := map[string]string{}
+	for k, v := range draFlags {
+		o[k] = v
+	}
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if !strings.HasPrefix(a, "-") {
+			return nil, fmt.Errorf("rdma-netns-dra takes no argument %q", a)
+		}
+		name, val, hasVal := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if _, ok := draFlags[name]; !ok {
+			return nil, fmt.Errorf("rdma-netns-dra has no flag %q", a)
+		}
+		if !hasVal {
+			if i+1 == len(args) {
+				return nil, fmt.Errorf("flag %q needs a value", a)
+			}
+			i++
+			val = args[i]
+		}
+		o[name] = val
+	}
+	return o, nil
+}
+
+// draContainer is the container running the DRA driver.
+func draContainer(spec corev1.PodSpec) *corev1.Container {
+	for i, c := range spec.Containers {
+		if len(c.Command) > 0 && c.Command[0] == draBinary {
+			return &spec.Containers[i]
+		}
+	}
+	return nil
+}
+
+// checkDRA checks the driver's container against what the kubelet and the
+// CNI plugin expect of it: the node's name from the downward API, the
+// kubelet's two plugin directories and the record directory mounted at
+// the host's own paths (the kubelet dials the socket paths the driver
+// announces; rdma-netns reads records at drarecord.DefaultDir), the
+// ServiceAccount's token where client-go's in-cluster config reads it,
+// and no privilege beyond uid 0.
+func checkDRA(spec corev1.PodSpec) error {
+	c := draContainer(spec)
+	o, err := draOptions(c.Command[1:])
+	if err != nil {
+		return err
+	}
+	if err := checkNodeName(c, o["node-name"]); err != nil {
+		return err
+	}
+	if o["record-dir"] != drarecord.DefaultDir {
+		return fmt.Errorf("--record-dir %s: rdma-netns reads the records at %s (a NAD's dra.recordDir would have to say so)", o["record-dir"], drarecord.DefaultDir)
+	}
+	if o["kubeconfig"] != "" {
+		return fmt.Errorf("--kubeconfig %s: in a pod the driver uses its ServiceAccount", o["kubeconfig"])
+	}
+	for _, dir := range []string{"/var/lib/kubelet/plugins_registry", "/var/lib/kubelet/plugins/" + drarecord.DriverName, o["record-dir"]} {
+		if err := checkSamePathMount(spec, c, dir); err != nil {
+			return err
+		}
+	}
+	// The runtime mounts the container's /sys in the container's network
+	// namespace: only with the node's does it show the node's NICs.
+	if !spec.HostNetwork {
+		return errors.New("the pod is not on the host's network: the driver's /sys would show the pod's own interfaces, not the node's NICs")
+	}
+	if o["sysfs"] != "/sys" {
+		if err := checkSamePathMount(spec, c, o["sysfs"]); err != nil {
+			return fmt.Errorf("--sysfs: %w", err)
+		}
+	}
+	if err := checkToken(spec, c); err != nil {
+		return err
+	}
+	return checkRootNoCaps(c.SecurityContext)
+}
+
+// checkNodeName: the driver's node name is the pod's spec.nodeName, either
+// through its default ($NODE_NAME) or $(NODE_NAME) on the command line.
+func checkNodeName(c *corev1.Container, flag string) error {
+	if flag != "$(NODE_NAME)" {
+		return fmt.Errorf("--node-name %q: want $(NODE_NAME), the node the pod runs on", flag)
+	}
+	i := slices.IndexFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "NODE_NAME" })
+	if i < 0 {
+		return errors.New("no NODE_NAME in the environment: the driver would publish its NICs under no node")
+	}
+	if f := c.Env[i].ValueFrom; f == nil || f.FieldRef == nil || f.FieldRef.FieldPath != "spec.nodeName" {
+		return errors.New("NODE_NAME does not come from the downward API's spec.nodeName")
+	}
+	return nil
+}
+
+// checkSamePathMount: the container mounts host directory dir, writable,
+// at dir itself.
+func checkSamePathMount(spec corev1.PodSpec, c *corev1.Container, dir string) error {
+	m := mountAt(c, dir)
+	if m == nil {
+		return fmt.Errorf("nothing is mounted at %s", dir)
+	}
+	if m.ReadOnly {
+		return fmt.Errorf("%s is mounted read-only: the driver writes there", dir)
+	}
+	v := volume(spec, m.Name)
+	if v == nil || v.HostPath == nil {
+		return fmt.Errorf("%s (volume %s) is not a hostPath volume", dir, m.Name)
+	}
+	if v.HostPath.Path != dir || m.SubPath != "" {
+		return fmt.Errorf("%s is the host's %s: the kubelet and the CNI plugin use the host's own path", dir, path.Join(v.HostPath.Path, m.SubPath))
+	}
+	return nil
+}
+
+// checkToken: the container has the ServiceAccount's token and the
+// cluster's CA where client-go's in-cluster config reads them.
+func checkToken(spec corev1.PodSpec, c *corev1.Container) error {
+	m := mountAt(c, kubeauth.ServiceAccountDir)
+	if m == nil {
+		return fmt.Errorf("no ServiceAccount token at %s: the driver cannot reach the API server", kubeauth.ServiceAccountDir)
+	}
+	v := volume(spec, m.Name)
+	if v == nil || v.Projected == nil {
+		return fmt.Errorf("%s is not a projected volume", kubeauth.ServiceAccountDir)
+	}
+	var token, ca bool
+	for _, s := range v.Projected.Sources {
+		token = token || s.ServiceAccountToken != nil && s.ServiceAccountToken.Path == "token"
+		if cm := s.ConfigMap; cm != nil && cm.Name == "kube-root-ca.crt" {
+			ca = ca || slices.ContainsFunc(cm.Items, func(k corev1.KeyToPath) bool { return k.Key == "ca.crt" && k.Path == "ca.crt" })
+		}
+	}
+	if !token || !ca {
+		return fmt.Errorf("volume %s: token %v, ca.crt %v: want both", v.Name, token, ca)
+	}
+	return nil
+}
+
+// draRules are what the driver asks of the API server.
+var draRules = []struct{ group, resource, verb string }{
+	{"resource.k8s.io", "resourceslices", "get"},
+	{"resource.k8s.io", "resourceslices", "list"},
+	{"resource.k8s.io", "resourceslices", "watch"},
+	{"resource.k8s.io", "resourceslices", "create"},
+	{"resource.k8s.io", "resourceslices", "update"},
+	{"resource.k8s.io", "resourceslices", "patch"},
+	{"resource.k8s.io", "resourceslices", "delete"},
+	{"resource.k8s.io", "resourceclaims", "get"},
+	{"resource.k8s.io", "resourceclaims", "list"},
+	{"resource.k8s.io", "resourceclaims", "watch"},
+	{"", "pods", "get"},
+	{"", "pods", "list"},
+	{"", "pods", "watch"},
+	{"", "nodes", "get"},
+	{"", "events", "create"},
+	{"", "events", "patch"},
+}
+
+// checkDRARBAC: the DaemonSet's ServiceAccount may do what the driver does.
+func checkDRARBAC(ns, sa string, r *rbac) error {
+	if !slices.ContainsFunc(r.accounts, func(a *corev1.ServiceAccount) bool { return a.Name == sa && a.Namespace == ns }) {
+		return fmt.Errorf("ServiceAccount %s/%s is not in the manifest", ns, sa)
+	}
+	roles := r.rolesOf(ns, sa)
+	for _, w := range draRules {
+		if !slices.ContainsFunc(roles, func(role *rbacv1.ClusterRole) bool { return allows(role, w.group, w.resource, w.verb) }) {
+			return fmt.Errorf("ServiceAccount %s/%s may not %s %s%s: the DRA driver needs it", ns, sa, w.verb, w.resource, groupSuffix(w.group))
+		}
+	}
+	return nil
+}
+
+func groupSuffix(g string) string {
+	if g == "" {
+		return ""
+	}
+	return "." + g
+}
+
+// With dra.enabled the DaemonSet runs the driver as the kubelet and the
+// CNI plugin need it, with the RBAC it needs, beside the other containers.
+func TestChartDRA(t *testing.T) {
+	ds, objs := renderObjects(t, values("dra.enabled", true))
+	spec := ds.Spec.Template.Spec
+	c := container(spec.Containers, "dra")
+	if c == nil || len(c.Command) == 0 || c.Command[0] != draBinary {
+		t.Fatalf("no container dra running %s", draBinary)
+	}
+	if err := checkDRA(spec); err != nil {
+		t.Fatalf("container dra: %v", err)
+	}
+	var names []string
+	for _, c := range spec.Containers {
+		names = append(names, c.Name)
+	}
+	if !slices.Equal(names, []string{"exporter", "nri", "dra"}) {
+		t.Errorf("containers %v, want exporter, nri and dra", names)
+	}
+	var r rbac
+	for _, o := range objs {
+		r.add(o.obj)
+	}
+	if err := checkDRARBAC(ds.Namespace, spec.ServiceAccountName, &r); err != nil {
+		t.Error(err)
+	}
+	if err := checkRBAC(ds, &r); err != nil {
+		t.Error(err)
+	}
+	// The whole DaemonSet passes the checks of conf/'s files once the
+	// image holds the driver (the driver's branch adds it to IMAGE_BINS).
+	bins, err := imageBinaries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(bins, strings.TrimPrefix(draBinary, "/")) {
+		t.Logf("the Makefile's IMAGE_BINS has no %s yet: checked the dra container alone", draBinary)
+		return
+	}
+	if err := checkDaemonSet(ds); err != nil {
+		t.Errorf("rendered DaemonSet: %v", err)
+	}
+}
+
+// The default renders nothing of DRA: no container, volume, token or role.
+func TestChartDRAOffByDefault(t *testing.T) {
+	for _, vs := range valueSets {
+		if vs.vals["dra"] != nil {
+			continue
+		}
+		t.Run(vs.name, func(t *testing.T) {
+			ds, objs := renderObjects(t, vs.vals)
+			spec := ds.Spec.Template.Spec
+			if c := draContainer(spec); c != nil {
+				t.Errorf("container %s runs %s", c.Name, draBinary)
+			}
+			for _, v := range spec.Volumes {
+				if strings.HasPrefix(v.Name, "dra-") || v.HostPath != nil && (strings.HasPrefix(v.HostPath.Path, "/var/lib/kubelet") || v.HostPath.Path == drarecord.DefaultDir) {
+					t.Errorf("volume %s (%v) rendered without dra.enabled", v.Name, v.HostPath)
+				}
+			}
+			for _, o := range objs {
+				if role, ok := o.obj.(*rbacv1.ClusterRole); ok {
+					for _, rule := range role.Rules {
+						if slices.Contains(rule.APIGroups, "resource.k8s.io") || slices.Contains(rule.Resources, "pods") || slices.Contains(rule.Resources, "nodes") {
+							t.Errorf("ClusterRole %s grants %v on %v without dra.enabled", role.Name, rule.Verbs, rule.Resources)
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+// Each way the driver's container could miss what it needs is caught;
+// each case edits the chart's rendering with dra.enabled.
+func TestDRARejects(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		edit func(spec *corev1.PodSpec, c *corev1.Container)
+		want string
+	}{
+		{"valid baseline", func(*corev1.PodSpec, *corev1.Container) {}, ""},
+		{"node name not from the downward API", func(_ *corev1.PodSpec, c *corev1.Container) {
+			c.Env[0].ValueFrom.FieldRef.FieldPath = "metadata.name"
+		}, "spec.nodeName"},
+		{"no NODE_NAME", func(_ *corev1.PodSpec, c *corev1.Container) { c.Env = nil }, "NODE_NAME"},
+		{"unknown flag", func(_ *corev1.PodSpec, c *corev1.Container) { c.Command = append(c.Command, "--driver-name=x") }, `no flag "--driver-name=x"`},
+		{"record dir the CNI does not read", func(_ *corev1.PodSpec, c *corev1.Container) {
+			c.Command = append(c.Command, "--record-dir", "/var/lib/rdma-netns-dra")
+		}, "--record-dir /var/lib/rdma-netns-dra"},
+		{"registry at another host path", func(spec *corev1.PodSpec, _ *corev1.Container) {
+			volume(*spec, "dra-registry").HostPath.Path = "/var/lib/k0s/kubelet/plugins_registry"
+		}, "host's /var/lib/k0s/kubelet/plugins_registry"},
+		{"plugin directory missing", func(_ *corev1.PodSpec, c *corev1.Container) {
+			c.VolumeMounts = slices.DeleteFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == "dra-plugin" })
+		}, "nothing is mounted at /var/lib/kubelet/plugins/nic.rdma-netns.io"},
+		{"records read-only", func(_ *corev1.PodSpec, c *corev1.Container) {
+			for i := range c.VolumeMounts {
+				if c.VolumeMounts[i].Name == "dra-records" {
+					c.VolumeMounts[i].ReadOnly = true
+				}
+			}
+		}, "read-only"},
+		{"no token", func(_ *corev1.PodSpec, c *corev1.Container) {
+			c.VolumeMounts = slices.DeleteFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == "dra-token" })
+		}, "no ServiceAccount token"},
+		{"pod network", func(spec *corev1.PodSpec, _ *corev1.Container) { spec.HostNetwork = false }, "host's network"},
+		{"a capability", func(_ *corev1.PodSpec, c *corev1.Container) {
+			c.SecurityContext.Capabilities.Add = []corev1.Capability{"NET_ADMIN"}
+		}, "add none"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ds, _ := renderObjects(t, values("dra.enabled", true))
+			spec := &ds.Spec.Template.Spec
+			tc.edit(spec, draContainer(*spec))
+			wantRejection(t, "the chart's dra container", checkDRA(*spec), tc.want)
+		})
+	}
+}
+
+// The RBAC check fails on a role the driver could not work with.
+func TestDRARBACRejects(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		edit func(*rbac)
+		want string
+	}{
+		{"valid baseline", func(*rbac) {}, ""},
+		{"no slice deletion", func(r *rbac) {
+			for _, role := range r.roles {
+				for i := range role.Rules {
+					if slices.Contains(role.Rules[i].Resources, "resourceslices") {
+						role.Rules[i].Verbs = slices.DeleteFunc(role.Rules[i].Verbs, func(v string) bool { return v == "delete" })
+					}
+				}
+			}
+		}, "may not delete resourceslices.resource.k8s.io"},
+		{"role not bound", func(r *rbac) {
+			r.bindings = slices.DeleteFunc(r.bindings, func(b *rbacv1.ClusterRoleBinding) bool { return strings.HasSuffix(b.Name, "-dra") })
+		}, "may not get resourceslices"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ds, objs := renderObjects(t, values("dra.enabled", true))
+			var r rbac
+			for _, o := range objs {
+				r.add(o.obj)
+			}
+			tc.edit(&r)
+			wantRejection(t, "the chart's RBAC", checkDRARBAC(ds.Namespace, ds.Spec.Template.Spec.ServiceAccountName, &r), tc.want)
+		})
+	}
+}
