@@ -18,13 +18,13 @@
 //     addresses, ARP settings and routes in a netns (railnet.go), the
 //     kernel, the records and the reserved names (env.go), rdma-netns-nri
 //     and containerd's bundles (nriread.go), kubectl's NAD JSON
-//     (nadjson.go); beside it the findings and the words several checks
+//     (nadjson.go), the DRA driver's records (draread.go); beside it the findings and the words several checks
 //     share (finding.go, words.go, fixes.go), the quoting of names
 //     (quote.go) and the report writer (write.go), which knows findings
 //     and tables, not checks, and escapes every value it prints;
 //   - the checks, a file each, which turn those facts into findings and
 //     know no other check: mode.go, records.go, devices.go, needs.go,
-//     access.go, ucx.go, rails.go, nri.go, tenancy.go, nadnames.go;
+//     access.go, ucx.go, rails.go, nri.go, tenancy.go, nadnames.go, dra.go;
 //   - the views, which run the checks of a node, a pod or the NADs and
 //     describe what they saw as tables: node.go, pod.go, nads.go;
 //   - Report and its entry points (report.go), and the commands with
@@ -44,10 +44,11 @@ import (
 	"path/filepath"
 	"strconv"
 
+	"github.com/rdma-netns/rdma-netns/pkg/drarecord"
 	"github.com/rdma-netns/rdma-netns/pkg/state"
 )
 
-const usage = `Usage: rdma-netns doctor [--json] [--state-dir DIR] [--sysfs ROOT]
+const usage = `Usage: rdma-netns doctor [--json] [--state-dir DIR] [--dra-dir DIR] [--sysfs ROOT]
        rdma-netns doctor --netns PATH | --pid PID [--json]
        rdma-netns doctor nads [--json] [FILE]   (rdma-netns doctor nads --help)
 
@@ -61,7 +62,13 @@ the network that gives its pods that name. Where rdma-netns-nri is
 (pre-installed in /opt/nri/plugins, or running): a FAIL in shared mode,
 where it gives nothing, and in exclusive mode the running containers of
 RDMA pods it did not adjust (created while it was not serving), from
-containerd's bundles.
+containerd's bundles. Where rdma-netns-dra prepared ResourceClaims (its
+records in --dra-dir): each claimed NIC with its claim, pod, request, PCI
+address and RDMA device, and where the kernel shows it now: a WARN when
+it is still on the host (the pod's sandbox has not attached it, or never
+will), a FAIL when another pod holds it, a WARN for a record that cannot
+be read and for records on a node in shared mode, where the driver
+publishes nothing.
 
 With --netns or --pid: pod checks. The RDMA devices in that network
 namespace with their ports, netdevs and GIDs; its rails (each port's
@@ -109,6 +116,7 @@ func runOn(args []string, stdout, stderr io.Writer, env *Env) int {
 	netnsPath := fl.String("netns", "", "check the pod whose network namespace is at `PATH` (/run/netns/NAME, /proc/PID/ns/net)")
 	pid := fl.Int("pid", 0, "check the pod of process `PID`: its netns, and this process only")
 	stateDir := fl.String("state-dir", state.DefaultDir, "rdma-netns state directory (the plugin's stateDir)")
+	draDir := fl.String("dra-dir", drarecord.DefaultDir, "`DIR` of rdma-netns-dra's records (one per prepared ResourceClaim); absent = DRA not in use")
 	sysfs := fl.String("sysfs", "/sys", "sysfs `ROOT` of the host (for tests)")
 	if code, ok := cli.Parse(fl, usage, args, stderr); !ok {
 		return code
@@ -125,8 +133,13 @@ func runOn(args []string, stdout, stderr io.Writer, env *Env) int {
 		fmt.Fprintf(stderr, "rdma-netns doctor: --state-dir %q must be an absolute path\n", *stateDir)
 		return 2
 	}
+	if !filepath.IsAbs(*draDir) {
+		fmt.Fprintf(stderr, "rdma-netns doctor: --dra-dir %q must be an absolute path\n", *draDir)
+		return 2
+	}
 	if env == nil {
 		env = RealEnv(*sysfs, *stateDir)
+		env.DRADir = *draDir
 	}
 
 	var r *Report

@@ -58,6 +58,9 @@ type Env struct {
 	// routes) from inside the netns at nsPath, for the rails check; nil
 	// leaves that check out.
 	NetIn func(nsPath string, fn func(RailNet) error) error
+	// DRADir holds the records of rdma-netns-dra (drarecord.DefaultDir);
+	// "" leaves the DRA check out.
+	DRADir string
 }
 
 // RealEnv is the running node, with sysfs read at sysfsRoot.

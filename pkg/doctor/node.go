@@ -38,6 +38,9 @@ type NodeView struct {
 	Damaged []string `json:"damaged,omitempty"`
 	// NRI is what the doctor found of rdma-netns-nri.
 	NRI *NRIView `json:"nri,omitempty"`
+	// DRA is what the node's DRA driver prepared, and where each of its
+	// devices is; nil where its record directory does not exist.
+	DRA *DRAView `json:"dra,omitempty"`
 }
 
 // nodeChecks runs the node checks: it adds their findings to fs and
@@ -68,6 +71,7 @@ func nodeChecks(e *Env, fs *Findings) *NodeView {
 		if devs, err := readDevices(e.SysfsRoot, e.DevRoot, nil); err == nil {
 			n.Devices = devs
 		}
+		n.DRA = draFindings(fs, e.draRecords(), draNode{})
 		return n
 	}
 
@@ -95,6 +99,7 @@ func nodeChecks(e *Env, fs *Findings) *NodeView {
 	}
 	if err != nil {
 		fs.add(Fail, "devices", "node", err.Error(), "run the doctor as root in the host network namespace")
+		n.DRA = draFindings(fs, e.draRecords(), draNode{shared: shared})
 		return n
 	}
 	var devs []Device
@@ -151,6 +156,13 @@ func nodeChecks(e *Env, fs *Findings) *NodeView {
 			"load the NIC's RDMA driver (mlx5_ib, irdma, bnxt_re...) and check `rdma dev`")
 	}
 	n.Devices = devs
+	holder := map[string]*state.Record{}
+	for _, d := range devs {
+		if rec := owners[d.Name]; rec != nil {
+			holder[d.Name] = rec
+		}
+	}
+	n.DRA = draFindings(fs, e.draRecords(), draNode{devs: devs, holder: holder, shared: shared, located: true})
 	return n
 }
 
@@ -171,7 +183,7 @@ func (n *NodeView) sections() []section {
 	if n.StateDirPresent {
 		stateDir = fmt.Sprintf("%s (%d record(s))", n.StateDir, len(n.Records))
 	}
-	return []section{
+	s := []section{
 		{heading: "RDMA subsystem", rows: [][]string{
 			{"netns mode", mode},
 			{"persistent setting", persist},
@@ -180,6 +192,10 @@ func (n *NodeView) sections() []section {
 		devicesSection("RDMA devices", n.Devices, true),
 		reservationsSection(n.Reservations),
 	}
+	if n.DRA != nil {
+		s = append(s, draSection(n.DRA))
+	}
+	return s
 }
 
 // reservationsSection lists the names reserved on the node: a name stays

@@ -17,6 +17,12 @@
 // scrapes within MaxAge of it are served (a burst of scrapes costs one
 // walk of the node's namespaces, not one each).
 //
+// A device a pod holds through a ResourceClaim of rdma-netns-dra is named
+// with its claim by rdma_device_claim_info, one series per such device,
+// rather than by more labels on every counter: the device's series stay
+// what they are without DRA, and a query joins the claim in when it wants
+// it.
+//
 // This package links client_golang; the CNI binary must never import it
 // (every pod start would pay for its package init).
 package exporter
@@ -30,6 +36,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/rdma-netns/rdma-netns/pkg/drarecord"
 	"github.com/rdma-netns/rdma-netns/pkg/inventory"
 	"github.com/rdma-netns/rdma-netns/pkg/state"
 )
@@ -43,6 +50,9 @@ type Targets struct {
 	// devices when it reads them).
 	Namespaces []*inventory.Namespace
 	Records    []*state.Record
+	// Claims are rdma-netns-dra's records: the ResourceClaims prepared on
+	// the node and the NICs of each.
+	Claims []*drarecord.Claim
 	// Identify resolves the netns path of a record; nil means
 	// inventory.Identify.
 	Identify func(path string) (inventory.NetnsID, error)
@@ -121,7 +131,7 @@ type Collector struct {
 
 	hwCounter, portCounter, portState, physState *prometheus.Desc
 	resources, readErrors, duration, devices     *prometheus.Desc
-	collectionsTotal                             *prometheus.Desc
+	collectionsTotal, claimInfo                  *prometheus.Desc
 }
 
 // DefaultMaxAge is how long a collection is served by default. Two
@@ -167,6 +177,9 @@ func NewCollector(inv Inventory, reader Reader) *Collector {
 		resources: prometheus.NewDesc("rdma_device_resources",
 			"RDMA objects in use on a device, by kind (qp, cq, mr, pd, cm_id, ctx, srq).",
 			append(deviceLabels[:len(deviceLabels):len(deviceLabels)], "resource"), nil),
+		claimInfo: prometheus.NewDesc("rdma_device_claim_info",
+			"1 for a device in a pod that holds it through a ResourceClaim of rdma-netns-dra: the claim and its request; join on the device's labels to group any metric by claim.",
+			append(deviceLabels[:len(deviceLabels):len(deviceLabels)], "claim_namespace", "claim_name", "request"), nil),
 		devices: prometheus.NewDesc("rdma_exporter_devices",
 			"RDMA devices read in this scrape.", nil, nil),
 		readErrors: prometheus.NewDesc("rdma_exporter_read_errors",
@@ -180,7 +193,7 @@ func NewCollector(inv Inventory, reader Reader) *Collector {
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.hwCounter, c.portCounter, c.portState, c.physState, c.resources, c.devices, c.readErrors, c.duration, c.collectionsTotal} {
+	for _, d := range []*prometheus.Desc{c.hwCounter, c.portCounter, c.portState, c.physState, c.resources, c.devices, c.readErrors, c.duration, c.collectionsTotal, c.claimInfo} {
 		ch <- d
 	}
 }
@@ -284,13 +297,19 @@ func (c *Collector) collect(ch chan<- prometheus.Metric) {
 			snap.Namespaces = append(snap.Namespaces, ns)
 		}
 	}
+	claimOf := claimsByPod(t.Claims)
 	for _, p := range snap.Placements(t.Records, t.Identify) {
 		nsPath := ""
 		if p.Netns != nil {
 			nsPath = p.Netns.Path
 		}
 		n++
-		c.emit(ch, labelsOf(p), stats[nsPath][p.Device])
+		l := labelsOf(p)
+		c.emit(ch, l, stats[nsPath][p.Device])
+		if cl, ok := claimOf.find(p.Record); ok {
+			ch <- prometheus.MustNewConstMetric(c.claimInfo, prometheus.GaugeValue, 1,
+				l.device, l.namespace, l.pod, l.hostDevice, cl.namespace, cl.name, cl.request)
+		}
 	}
 	ch <- prometheus.MustNewConstMetric(c.devices, prometheus.GaugeValue, float64(n))
 	ch <- prometheus.MustNewConstMetric(c.readErrors, prometheus.GaugeValue, float64(errs))
@@ -336,6 +355,43 @@ func labelsOf(p inventory.Placement) labels {
 		l.hostDevice = r.Device
 	}
 	return l
+}
+
+// claimDevice is a NIC of a prepared claim.
+type claimDevice struct {
+	namespace, name, request string
+	pci, rdmaDevice          string
+}
+
+// podClaims are the claimed NICs of each pod, by namespace/name: what
+// the plugin's records know of the pod holding a device.
+type podClaims map[[2]string][]claimDevice
+
+func claimsByPod(claims []*drarecord.Claim) podClaims {
+	out := podClaims{}
+	for _, c := range claims {
+		pod := [2]string{c.PodNamespace, c.PodName}
+		for _, d := range c.Devices {
+			out[pod] = append(out[pod], claimDevice{namespace: c.ClaimNamespace, name: c.ClaimName, request: d.Request, pci: d.PCIAddress, rdmaDevice: d.RdmaDevice})
+		}
+	}
+	return out
+}
+
+// find is the claimed NIC that rec, the attachment holding a device,
+// moved: a claim of the same pod naming the NIC by its PCI address (its
+// identity), or by the host's name for it where the record has no PCI
+// address. A device no pod holds has no claim.
+func (pc podClaims) find(rec *state.Record) (claimDevice, bool) {
+	if rec == nil || rec.K8sPod == "" {
+		return claimDevice{}, false
+	}
+	for _, d := range pc[[2]string{rec.K8sNamespace, rec.K8sPod}] {
+		if rec.PCIAddress != "" && d.pci == rec.PCIAddress || rec.PCIAddress == "" && d.rdmaDevice == rec.Device {
+			return d, true
+		}
+	}
+	return claimDevice{}, false
 }
 
 func (c *Collector) emit(ch chan<- prometheus.Metric, l labels, d DeviceStats) {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 
+	"github.com/rdma-netns/rdma-netns/pkg/drarecord"
 	"github.com/rdma-netns/rdma-netns/pkg/inventory"
 	"github.com/rdma-netns/rdma-netns/pkg/state"
 )
@@ -15,6 +16,8 @@ import (
 type NodeInventory struct {
 	Node     *inventory.Node
 	StateDir string
+	// DRADir holds rdma-netns-dra's records, "" for none.
+	DRADir string
 }
 
 // RealInventory is the running node with the records in stateDir. It only
@@ -28,6 +31,8 @@ func RealInventory(stateDir string) NodeInventory {
 // their pod labels: the namespaces are still found and read.
 func (n NodeInventory) Targets() (*Targets, error) {
 	recs, recErr := readRecords(n.StateDir)
+	claims, claimErr := readClaims(n.DRADir)
+	recErr = errors.Join(recErr, claimErr)
 	self, err := n.Node.SelfID()
 	if err != nil {
 		return nil, errors.Join(recErr, fmt.Errorf("cannot identify the exporter's network namespace: %v", err))
@@ -42,6 +47,7 @@ func (n NodeInventory) Targets() (*Targets, error) {
 		Self:       self,
 		Namespaces: n.Node.Namespaces(self, preferred),
 		Records:    recs,
+		Claims:     claims,
 		Identify:   n.Node.Identify,
 	}, recErr
 }
@@ -57,4 +63,21 @@ func readRecords(dir string) ([]*state.Record, error) {
 		return nil, err
 	}
 	return st.List()
+}
+
+// readClaims lists rdma-netns-dra's records; a node without the directory
+// does not use DRA. A damaged record costs only its devices' claim
+// labels, and is an error to count.
+func readClaims(dir string) ([]*drarecord.Claim, error) {
+	if dir == "" {
+		return nil, nil
+	}
+	claims, bad, err := drarecord.Dir(dir).List()
+	if err != nil {
+		return nil, fmt.Errorf("reading the DRA records: %v", err)
+	}
+	if len(bad) > 0 {
+		return claims, fmt.Errorf("%d DRA record(s) cannot be read, the first: %s", len(bad), bad[0])
+	}
+	return claims, nil
 }

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"testing"
 
+	"github.com/rdma-netns/rdma-netns/pkg/drarecord"
 	"github.com/rdma-netns/rdma-netns/pkg/state"
 )
 
@@ -33,8 +34,8 @@ func promtool(t *testing.T) string {
 }
 
 // The exposition a node serves, with devices on the host and in pods,
-// hardware and standard port counters, resources and the exporter's own
-// metrics, is clean for `promtool check metrics`.
+// hardware and standard port counters, resources, a device's claim and
+// the exporter's own metrics, is clean for `promtool check metrics`.
 func TestPromtoolCheckMetrics(t *testing.T) {
 	bin := promtool(t)
 	pod := rxeStats("rdma_net1", "net1", 5, 6)
@@ -44,7 +45,10 @@ func TestPromtoolCheckMetrics(t *testing.T) {
 		"/run/netns/a": {"rdma_net1": pod},
 	}}
 	rec := &state.Record{Device: "rxe4", PodName: "rdma_net1", Netns: "/run/netns/a", K8sNamespace: "team-a", K8sPod: "trainer-0"}
-	srv := httptest.NewServer(Handler(NewCollector(nodeWith([]string{"/run/netns/a"}, rec), r), nil))
+	inv := nodeWith([]string{"/run/netns/a"}, rec)
+	inv.targets.Claims = []*drarecord.Claim{claimOf("u1", "team-a", "trainer-0-nics", "team-a", "trainer-0",
+		drarecord.Device{Request: "nics", PCIAddress: "0000:00:04.0", RdmaDevice: "rxe4"})}
+	srv := httptest.NewServer(Handler(NewCollector(inv, r), nil))
 	defer srv.Close()
 	resp, err := http.Get(srv.URL + "/metrics")
 	if err != nil {
@@ -55,8 +59,8 @@ func TestPromtoolCheckMetrics(t *testing.T) {
 	if err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("GET /metrics: %s (%v)\n%s", resp.Status, err, body)
 	}
-	if !bytes.Contains(body, []byte(`pod="trainer-0"`)) || !bytes.Contains(body, []byte("rdma_port_stat_total")) {
-		t.Fatalf("/metrics lacks the pod's device or its port counters:\n%s", body)
+	if !bytes.Contains(body, []byte(`pod="trainer-0"`)) || !bytes.Contains(body, []byte("rdma_port_stat_total")) || !bytes.Contains(body, []byte("rdma_device_claim_info{")) {
+		t.Fatalf("/metrics lacks the pod's device, its port counters or its claim:\n%s", body)
 	}
 	cmd := exec.Command(bin, "check", "metrics")
 	cmd.Stdin = bytes.NewReader(body)

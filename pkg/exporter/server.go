@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/rdma-netns/rdma-netns/pkg/cli"
+	"github.com/rdma-netns/rdma-netns/pkg/drarecord"
 	"github.com/rdma-netns/rdma-netns/pkg/kubeauth"
 	"github.com/rdma-netns/rdma-netns/pkg/nssysfs"
 	"github.com/rdma-netns/rdma-netns/pkg/state"
@@ -33,12 +34,14 @@ const (
 	AuthNone       = "none"
 )
 
-const usage = `Usage: rdma-netns-exporter [--listen ADDR] [--state-dir DIR] [--sysfs ROOT]
+const usage = `Usage: rdma-netns-exporter [--listen ADDR] [--state-dir DIR] [--dra-dir DIR] [--sysfs ROOT]
        [--auth kubernetes|none] [--tls-cert-file FILE --tls-private-key-file FILE]
 
 Serves the RDMA counters of every RDMA device on the node, in the host
 network namespace or in a pod's, at ADDR/metrics (Prometheus exposition
-format), labelled with the pod that holds the device; /healthz answers
+format), labelled with the pod that holds the device (and, for a NIC of a
+ResourceClaim of rdma-netns-dra, rdma_device_claim_info names the claim
+from the driver's records in --dra-dir); /healthz answers
 "ok". Counters are read when scraped; scrapes arriving during a
 collection, or within --cache-max-age after it, share it. Run as root on
 the node, in the host's network and PID namespaces (it enters pod network
@@ -58,11 +61,11 @@ Flags:
 
 // Options are the exporter's command line.
 type Options struct {
-	Listen, StateDir, Sysfs string
-	MaxAge                  time.Duration
-	Auth                    string
-	AuthCacheTTL            time.Duration
-	TLSCert, TLSKey         string
+	Listen, StateDir, DRADir, Sysfs string
+	MaxAge                          time.Duration
+	Auth                            string
+	AuthCacheTTL                    time.Duration
+	TLSCert, TLSKey                 string
 }
 
 // FlagSet binds the exporter's flags to o (the chart's tests parse the
@@ -71,6 +74,7 @@ func FlagSet(o *Options) *flag.FlagSet {
 	fl := flag.NewFlagSet("rdma-netns-exporter", flag.ContinueOnError)
 	fl.StringVar(&o.Listen, "listen", DefaultListen, "`ADDR` to serve /metrics and /healthz on")
 	fl.StringVar(&o.StateDir, "state-dir", state.DefaultDir, "rdma-netns state `DIR` (the plugin's stateDir), read only")
+	fl.StringVar(&o.DRADir, "dra-dir", drarecord.DefaultDir, "rdma-netns-dra's record `DIR` (one file per prepared ResourceClaim), read only; absent: no claim labels")
 	fl.StringVar(&o.Sysfs, "sysfs", "/sys", "sysfs `ROOT` of the host")
 	fl.DurationVar(&o.MaxAge, "cache-max-age", DefaultMaxAge, "serve a collection to the scrapes arriving within `AGE` after it (0: only to those arriving while it runs); scrapes during a collection always share it")
 	fl.StringVar(&o.Auth, "auth", AuthKubernetes, "`MODE` kubernetes: /metrics needs a token whose user RBAC lets get /metrics (TokenReview and SubjectAccessReview, as the pod's ServiceAccount), served over HTTPS; none: no authentication (insecure)")
@@ -85,6 +89,8 @@ func (o Options) Check() error {
 	switch {
 	case !filepath.IsAbs(o.StateDir):
 		return fmt.Errorf("--state-dir %q must be an absolute path", o.StateDir)
+	case !filepath.IsAbs(o.DRADir):
+		return fmt.Errorf("--dra-dir %q must be an absolute path", o.DRADir)
 	case o.MaxAge < 0:
 		return fmt.Errorf("--cache-max-age %v is negative (0 shares only the collection in progress)", o.MaxAge)
 	case o.Auth != AuthKubernetes && o.Auth != AuthNone:
@@ -108,7 +114,9 @@ func Main(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "rdma-netns-exporter: %v\n", err)
 		return 2
 	}
-	c := NewCollector(RealInventory(o.StateDir), NodeReader{SysfsRoot: o.Sysfs, Views: &nssysfs.Views{}})
+	inv := RealInventory(o.StateDir)
+	inv.DRADir = o.DRADir
+	c := NewCollector(inv, NodeReader{SysfsRoot: o.Sysfs, Views: &nssysfs.Views{}})
 	c.MaxAge = o.MaxAge
 	guard, tlsConf, err := o.security()
 	if err != nil {

@@ -119,6 +119,7 @@ func TestMainRefuses(t *testing.T) {
 		{[]string{"--cache-max-age", "-1s"}, 2, "negative"},
 		{[]string{"--tls-cert-file", "/x.crt"}, 2, "go together"},
 		{[]string{"--state-dir", "rel"}, 2, "absolute"},
+		{[]string{"--dra-dir", "rel"}, 2, `--dra-dir "rel" must be an absolute path`},
 		{[]string{"--listen", "127.0.0.1:0"}, 1, "--auth=none"},
 		{[]string{"--listen", "127.0.0.1:0", "--auth", "none", "--tls-cert-file", "/nonexistent.crt", "--tls-private-key-file", "/nonexistent.key"}, 1, "/nonexistent.crt"},
 	} {
