@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -686,4 +687,136 @@ func (d *draRig) allHome(t *testing.T) {
 		t.Errorf("%v:\n%s", err, out)
 	}
 	d.sliceUnchanged(t, "every pod deleted")
+}
+
+// The node's reboot with a pod holding claimed NICs (TestReboot): the
+// first boot leaves a Deployment whose pod holds two NICs from conf's
+// template, with the driver on (the chart with dra.enabled); after the
+// reboot kubelet brings the same pod back without preparing its claim
+// again, the new sandbox gets both NICs from the driver's record on the
+// node's disk, the driver publishes the same devices, and once the pod is
+// gone no claim record is left.
+const (
+	rebootDRANotes      = "/mnt/disk/e2e-reboot-dra.json"
+	rebootDRADeployment = "reboot-dra"
+)
+
+// rebootDRA is what the first boot tells the second about the DRA pod.
+type rebootDRA struct {
+	Pod, UID, Sandbox, Claim string
+	Devices                  []string
+	Slice                    map[string]map[resourceapi.QualifiedName]resourceapi.DeviceAttribute
+}
+
+// draRebootNICs are the reboot's DRA NICs: not eth1 and eth2, which the
+// RuntimeClass pods of TestReboot hold.
+var draRebootNICs = []string{"eth3", "eth4"}
+
+func draBeforeReboot(t *testing.T) {
+	d := &draRig{t: t}
+	for _, n := range draRebootNICs {
+		d.nics = append(d.nics, nicNamed(t, n))
+	}
+	d.enable()
+	for _, m := range []string{"dra-deviceclass", "dra-claimtemplate", "nad-dra"} {
+		applyManifest(t, m)
+	}
+	d.slice = d.waitSlice(len(d.nics))
+	pod := draPod("", draTemplate2, 2, 9)
+	labels := map[string]string{"app": rebootDRADeployment}
+	one := int32(1)
+	dep := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: rebootDRADeployment, Namespace: "default"},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: &one,
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: pod.Annotations}, Spec: pod.Spec},
+		},
+	}
+	if _, err := cs.AppsV1().Deployments("default").Create(ctx(t), dep, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p := waitDeploymentPod(t, rebootDRADeployment, time.Time{})
+	nics := d.holds(t, p.Name, 2)
+	claim, _ := d.claimNICs(t, p.Name)
+	n := rebootDRA{Pod: p.Name, UID: string(p.UID), Sandbox: sandboxOf(t, "default", p.Name).Id, Claim: claim, Slice: d.slice}
+	for _, nic := range nics {
+		n.Devices = append(n.Devices, nic.RDMA)
+	}
+	data, err := json.Marshal(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(rebootDRANotes, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("powering off with DRA pod %+v", n)
+}
+
+// draAfterReboot checks the DRA pod on the second boot and returns the
+// RDMA devices it holds.
+func draAfterReboot(t *testing.T) []string {
+	data, err := os.ReadFile(rebootDRANotes)
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n rebootDRA
+	if err := json.Unmarshal(data, &n); err != nil {
+		t.Fatalf("%s: %v", rebootDRANotes, err)
+	}
+	d := &draRig{t: t, slice: n.Slice}
+	for _, name := range draRebootNICs {
+		d.nics = append(d.nics, nicNamed(t, name))
+	}
+	p := waitDeploymentPod(t, rebootDRADeployment, kubelet.Started)
+	if p.Name != n.Pod || string(p.UID) != n.UID {
+		t.Errorf("Deployment %s: pod %s (%s) after the reboot, was %s (%s)", rebootDRADeployment, p.Name, p.UID, n.Pod, n.UID)
+	}
+	if sb := sandboxOf(t, "default", p.Name).Id; sb == n.Sandbox {
+		t.Errorf("pod %s: sandbox %s is the one from before the reboot", p.Name, sb)
+	}
+	claim, _ := d.claimNICs(t, p.Name)
+	if claim != n.Claim {
+		t.Errorf("pod %s: claim %s after the reboot, was %s", p.Name, claim, n.Claim)
+	}
+	nics := d.holds(t, p.Name, 2)
+	var devs []string
+	for _, nic := range nics {
+		devs = append(devs, nic.RDMA)
+	}
+	if !slices.Equal(devs, n.Devices) {
+		t.Errorf("pod %s holds %v after the reboot, held %v", p.Name, devs, n.Devices)
+	}
+	d.waitSliceUnchanged(t)
+	claims, _, err := drarecord.Dir(draRecordDir).List()
+	if err != nil || len(claims) != 1 || claims[0].PodUID != n.UID {
+		t.Errorf("DRA records after the reboot: %+v (%v), want the one of pod %s", claims, err, n.UID)
+	}
+	return devs
+}
+
+// draAfterRebootGone checks, once the DRA pod's Deployment is scaled to
+// 0, that its NICs are home and no claim record is left.
+func draAfterRebootGone(t *testing.T, devs []string) {
+	if len(devs) == 0 {
+		return
+	}
+	scale(t, rebootDRADeployment, 0)
+	if err := cririg.Wait(2*time.Minute, "the pods of "+rebootDRADeployment+" gone", func() (bool, error) {
+		return len(podsOf(t, rebootDRADeployment)) == 0, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, dev := range devs {
+		waitHome(t, dev)
+	}
+	if err := cririg.Wait(time.Minute, "no DRA claim record on the node", func() (bool, error) {
+		claims, _, err := drarecord.Dir(draRecordDir).List()
+		return err == nil && len(claims) == 0, err
+	}); err != nil {
+		t.Error(err)
+	}
 }
