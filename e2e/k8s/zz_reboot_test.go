@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -93,6 +95,7 @@ func beforeReboot(t *testing.T) {
 		notes[i].Sandbox = sandboxOf(t, "default", p.Name).Id
 		notes[i].RestartCount = p.Status.ContainerStatuses[0].RestartCount
 	}
+	draBeforeReboot(t)
 	data, err := json.Marshal(notes)
 	if err != nil {
 		t.Fatal(err)
@@ -177,7 +180,16 @@ func afterReboot(t *testing.T) {
 		held[n.Device] = true
 		checkRDMAContainer(t, p, n.Device)
 	}
-	checkRecords(t, notes)
+	draDevs := draAfterReboot(t)
+	for _, dev := range draDevs {
+		held[dev] = true
+	}
+	extra := map[string][]string{}
+	if len(draDevs) > 0 {
+		p := waitDeploymentPod(t, rebootDRADeployment, kubelet.Started)
+		extra[sandboxOf(t, "default", p.Name).Id] = draDevs
+	}
+	checkRecords(t, notes, extra)
 	for _, dev := range layoutDevices(t) {
 		if !held[dev] && !rig.HostHas(t, dev) {
 			t.Errorf("%s is held by no pod and is not in the host netns", dev)
@@ -200,6 +212,7 @@ func afterReboot(t *testing.T) {
 	}
 
 	// The pods' devices return through the records made after the reboot.
+	draAfterRebootGone(t, draDevs)
 	for _, n := range notes {
 		scale(t, n.Deployment, 0)
 	}
@@ -263,15 +276,22 @@ func adjustedBy(t *testing.T, p corev1.Pod) string {
 // checkRecords waits until the records are those of the pods' sandboxes
 // since the reboot, one each: every record from before the reboot is gone
 // (kubelet stopped the dead sandboxes; CNI DEL without their netns).
-func checkRecords(t *testing.T, notes []rebootPod) {
+func checkRecords(t *testing.T, notes []rebootPod, extra map[string][]string) {
 	t.Helper()
-	want := map[string]string{} // sandbox -> device
+	want := map[string][]string{} // sandbox -> devices
 	for _, n := range notes {
-		want[sandboxOf(t, "default", n.Pod).Id] = n.Device
+		id := sandboxOf(t, "default", n.Pod).Id
+		want[id] = append(want[id], n.Device)
 	}
-	var got map[string]string
+	for id, devs := range extra {
+		want[id] = append(want[id], devs...)
+	}
+	for _, devs := range want {
+		sort.Strings(devs)
+	}
+	var got map[string][]string
 	err := cririg.Wait(2*time.Minute, "the records of the pods since the reboot, and no other", func() (bool, error) {
-		got = map[string]string{}
+		got = map[string][]string{}
 		for _, f := range rig.Records(cririg.RecordsDir) {
 			var r struct {
 				ContainerID string `json:"containerID"`
@@ -279,20 +299,15 @@ func checkRecords(t *testing.T, notes []rebootPod) {
 			}
 			data, err := os.ReadFile(filepath.Join(cririg.RecordsDir, f))
 			if err != nil || json.Unmarshal(data, &r) != nil {
-				got[f] = "unreadable"
+				got[f] = []string{"unreadable"}
 				continue
 			}
-			got[r.ContainerID] = r.Device
+			got[r.ContainerID] = append(got[r.ContainerID], r.Device)
 		}
-		if len(got) != len(want) {
-			return false, nil
+		for _, devs := range got {
+			sort.Strings(devs)
 		}
-		for id, dev := range want {
-			if got[id] != dev {
-				return false, nil
-			}
-		}
-		return true, nil
+		return reflect.DeepEqual(got, want), nil
 	})
 	if err != nil {
 		t.Errorf("%v: records %v, want %v\n%s", err, got, want, recordFiles(t))

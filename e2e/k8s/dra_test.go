@@ -1,0 +1,822 @@
+//go:build e2e
+
+package k8s
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"reflect"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/rdma-netns/rdma-netns/e2e/cri/cririg"
+	"github.com/rdma-netns/rdma-netns/e2e/internal/rig"
+	"github.com/rdma-netns/rdma-netns/e2e/k8s/cluster"
+	"github.com/rdma-netns/rdma-netns/e2e/k8s/node"
+	"github.com/rdma-netns/rdma-netns/pkg/drarecord"
+)
+
+// What conf/'s DRA examples name (conf/dra-*.yaml, conf/nad-dra.yaml).
+const (
+	draDriver      = drarecord.DriverName
+	draTemplate2   = "rdma-nics-2"
+	draNetwork     = "rdma-dra"
+	draRecordDir   = drarecord.DefaultDir
+	pcieRootAttr   = "resource.kubernetes.io/pcieRoot"
+	pciBusIDAttr   = "resource.kubernetes.io/pciBusID"
+	draOneTemplate = "rdma-nics-1"
+)
+
+// draNetdevs are the NICs the driver publishes in TestDRA (the chart's
+// dra.pciAddresses lists theirs): four, so that two pods of conf's
+// two-NIC template hold them all.
+var draNetdevs = []string{"eth3", "eth4", "eth5", "eth6"}
+
+// NICs by ResourceClaim (docs/dra.md): the chart installed with
+// dra.enabled, publishing four of the node's NICs; pods from conf's
+// ResourceClaimTemplate get their NICs from the scheduler's allocation
+// through conf's NAD, whose chain is rdma-netns alone in its dra mode
+// (it hands host-device the NIC the driver recorded for the pod). The
+// steps share the node's state and run in order.
+func TestDRA(t *testing.T) {
+	nics := make([]rig.NIC, len(draNetdevs))
+	for i, n := range draNetdevs {
+		nics[i] = nicNamed(t, n)
+	}
+	d := &draRig{t: t, nics: nics}
+	d.enable()
+	t.Cleanup(d.cleanup)
+	for _, m := range []string{"dra-deviceclass", "dra-claimtemplate", "nad-dra"} {
+		applyManifest(t, m)
+	}
+	d.applyOneNICTemplate()
+	d.slice = d.waitSlice(len(nics))
+	steps := []struct {
+		name string
+		run  func(*testing.T)
+	}{
+		{"TwoNICsEach", d.twoNICsEach},
+		{"PendingUntilFree", d.pendingUntilFree},
+		{"RaceForTheLastNIC", d.raceForLastNIC},
+		{"DriverAndKubeletRestart", d.restarts},
+		{"AttachAbsent", d.attachAbsent},
+		{"DriverAbsent", d.driverAbsent},
+		{"AllHome", d.allHome},
+	}
+	for _, s := range steps {
+		if !t.Run(s.name, s.run) {
+			t.Fatalf("%s failed; the steps after it need its state", s.name)
+		}
+	}
+}
+
+type draRig struct {
+	t    *testing.T
+	nics []rig.NIC
+	// slice is the driver's devices as first published: name -> attributes.
+	slice map[string]map[resourceapi.QualifiedName]resourceapi.DeviceAttribute
+}
+
+func (d *draRig) nicByPCI(pci string) (rig.NIC, bool) {
+	for _, n := range d.nics {
+		if n.PCI == pci {
+			return n, true
+		}
+	}
+	return rig.NIC{}, false
+}
+
+// enable renders the chart as `helm upgrade --set dra.enabled=true` would
+// (the suite's image, the four NICs) and applies it over conf/daemonset.yaml,
+// then waits for the DaemonSet's pod to run the dra container.
+func (d *draRig) enable() {
+	t := d.t
+	t.Helper()
+	pcis := make([]string, len(d.nics))
+	for i, n := range d.nics {
+		pcis[i] = n.PCI
+	}
+	out, err := helmCmd("template", release, chartDir, "-n", dsNamespace,
+		"--set", "image.repository="+imageRepo, "--set", "image.tag="+newTag,
+		"--set", "dra.enabled=true", "--set", "dra.pciAddresses={"+strings.Join(pcis, ",")+"}").Output()
+	if err != nil {
+		t.Fatalf("helm template with dra.enabled: %v\n%s", err, out)
+	}
+	if err := apply(ctx(t), out); err != nil {
+		t.Fatalf("apply the chart with dra.enabled: %v", err)
+	}
+	d.waitDSContainers(true)
+}
+
+// waitDSContainers waits for the DaemonSet's pod to be Ready with (or
+// without) its dra container.
+func (d *draRig) waitDSContainers(dra bool) *corev1.Pod {
+	t := d.t
+	t.Helper()
+	var p *corev1.Pod
+	err := cririg.Wait(6*time.Minute, fmt.Sprintf("the DaemonSet's pod Ready, dra container %v", dra), func() (bool, error) {
+		var err error
+		p, err = waitDaemonSetPod(ctx(t), imageRepo+":"+newTag)
+		if err != nil {
+			return false, err
+		}
+		return containersOf(p)["dra"] == dra && p.DeletionTimestamp == nil, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// cleanup deletes the test's pods, puts conf/daemonset.yaml back as the
+// other tests expect it, and removes the test's DRA objects.
+func (d *draRig) cleanup() {
+	t := d.t
+	c := ctx(t)
+	for _, name := range []string{"dra-a", "dra-b", "dra-c", "dra-one", "dra-race-1", "dra-race-2", "dra-noattach", "dra-nodriver"} {
+		_ = cs.CoreV1().Pods("default").Delete(c, name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+	}
+	if data, err := os.ReadFile(node.ManifestDir + "/daemonset.yaml"); err == nil {
+		if err := apply(c, data); err != nil {
+			t.Errorf("cleanup: apply conf/daemonset.yaml: %v", err)
+		}
+	}
+	d.waitDSContainers(false)
+	_ = cs.ResourceV1().ResourceClaimTemplates("default").Delete(c, draOneTemplate, metav1.DeleteOptions{})
+}
+
+// applyOneNICTemplate is conf's template asking one NIC instead of two.
+func (d *draRig) applyOneNICTemplate() {
+	t := d.t
+	t.Helper()
+	tpl, err := cs.ResourceV1().ResourceClaimTemplates("default").Get(ctx(t), draTemplate2, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("conf/dra-claimtemplate.yaml's template: %v", err)
+	}
+	one := &resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Name: draOneTemplate, Namespace: "default"}, Spec: tpl.Spec}
+	one.Spec.Spec.Devices.Requests = slices.Clone(one.Spec.Spec.Devices.Requests)
+	r := one.Spec.Spec.Devices.Requests[0]
+	ex := *r.Exactly
+	ex.Count = 1
+	r.Exactly = &ex
+	one.Spec.Spec.Devices.Requests[0] = r
+	if _, err := cs.ResourceV1().ResourceClaimTemplates("default").Create(ctx(t), one, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+}
+
+// sliceDevices is what the driver publishes for this node.
+func (d *draRig) sliceDevices() (map[string]map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, error) {
+	list, err := cs.ResourceV1().ResourceSlices().List(ctx(d.t), metav1.ListOptions{FieldSelector: "spec.driver=" + draDriver})
+	if err != nil {
+		return nil, err
+	}
+	devs := map[string]map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{}
+	for _, s := range list.Items {
+		if s.Spec.NodeName == nil || *s.Spec.NodeName != node.Name {
+			continue
+		}
+		for _, dev := range s.Spec.Devices {
+			devs[dev.Name] = dev.Attributes
+		}
+	}
+	return devs, nil
+}
+
+// waitSlice waits for the node's slice to hold n devices, each one of the
+// NICs by its PCI address, and returns it.
+func (d *draRig) waitSlice(n int) map[string]map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
+	t := d.t
+	t.Helper()
+	var devs map[string]map[resourceapi.QualifiedName]resourceapi.DeviceAttribute
+	err := cririg.Wait(3*time.Minute, fmt.Sprintf("%d devices of %s published for %s", n, draDriver, node.Name), func() (bool, error) {
+		var err error
+		devs, err = d.sliceDevices()
+		return err == nil && len(devs) == n, err
+	})
+	if err != nil {
+		t.Fatalf("%v: %v", err, devs)
+	}
+	for name, attrs := range devs {
+		pci := attrs[pciBusIDAttr].StringValue
+		if pci == nil {
+			t.Fatalf("device %s has no %s: %v", name, pciBusIDAttr, attrs)
+		}
+		if _, ok := d.nicByPCI(*pci); !ok {
+			t.Fatalf("device %s is PCI function %s, not one of the NICs the chart named", name, *pci)
+		}
+		if attrs[pcieRootAttr].StringValue == nil {
+			t.Errorf("device %s has no %s", name, pcieRootAttr)
+		}
+	}
+	return devs
+}
+
+// sliceUnchanged: the slice is what it was at the start, whoever holds
+// which NIC (a device a pod holds is invisible on the host, and stays
+// published).
+func (d *draRig) sliceUnchanged(t *testing.T, when string) {
+	t.Helper()
+	now, err := d.sliceDevices()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(now, d.slice) {
+		t.Errorf("%s: the slice changed:\nnow    %s\nbefore %s", when, attrsText(now), attrsText(d.slice))
+	}
+}
+
+func attrsText(devs map[string]map[resourceapi.QualifiedName]resourceapi.DeviceAttribute) string {
+	b, _ := json.Marshal(devs)
+	return string(b)
+}
+
+// draPod is a tools pod holding a claim from template, with one
+// attachment of conf's NAD per NIC (net1 the claim's first NIC, ...),
+// each on a subnet of its own.
+func draPod(name, template string, nics, host int) *corev1.Pod {
+	var nets []string
+	for i := 0; i < nics; i++ {
+		nets = append(nets, fmt.Sprintf(`{"name":%q,"interface":"net%d","ips":["10.100.%d.%d/24"],"cni-args":{"draIndex":%d}}`, draNetwork, i+1, 150+i, host, i))
+	}
+	p := toolsPod("default", name, "["+strings.Join(nets, ",")+"]")
+	p.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "nics", ResourceClaimTemplateName: &template}}
+	return p
+}
+
+// claimNICs is the pod's claim and the NICs its allocation holds, in the
+// order of its results.
+func (d *draRig) claimNICs(t *testing.T, pod string) (string, []rig.NIC) {
+	t.Helper()
+	p, err := cs.CoreV1().Pods("default").Get(ctx(t), pod, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Status.ResourceClaimStatuses) != 1 || p.Status.ResourceClaimStatuses[0].ResourceClaimName == nil {
+		t.Fatalf("pod %s: claim statuses %+v, want one generated claim", pod, p.Status.ResourceClaimStatuses)
+	}
+	name := *p.Status.ResourceClaimStatuses[0].ResourceClaimName
+	claim, err := cs.ResourceV1().ResourceClaims("default").Get(ctx(t), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if claim.Status.Allocation == nil {
+		t.Fatalf("claim %s of pod %s is not allocated", name, pod)
+	}
+	var nics []rig.NIC
+	for _, r := range claim.Status.Allocation.Devices.Results {
+		attrs, ok := d.slice[r.Device]
+		if r.Driver != draDriver || !ok {
+			t.Fatalf("claim %s: result %+v is not one of the driver's devices", name, r)
+		}
+		n, _ := d.nicByPCI(*attrs[pciBusIDAttr].StringValue)
+		nics = append(nics, n)
+	}
+	return name, nics
+}
+
+// holds checks the running pod: each netN is its claim's N-th NIC, with
+// that NIC's RDMA device in the pod's netns and no other, none of them
+// left on the node; it returns the NICs.
+func (d *draRig) holds(t *testing.T, pod string, n int) []rig.NIC {
+	t.Helper()
+	claim, nics := d.claimNICs(t, pod)
+	if len(nics) != n {
+		t.Fatalf("pod %s: claim %s holds %d NICs, want %d", pod, claim, len(nics), n)
+	}
+	netns := mustNetns(t, "default", pod)
+	byName, err := rig.NICsByNameIn(d.nics, netns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for i, nic := range nics {
+		iface := fmt.Sprintf("net%d", i+1)
+		if got, ok := byName[iface]; !ok || got != nic {
+			t.Errorf("pod %s: %s is %+v, want the claim's NIC %d, %s (%s)", pod, iface, got, i, nic.Netdev, nic.PCI)
+		}
+		want = append(want, nic.RDMA)
+		if rig.HostHas(t, nic.RDMA) {
+			t.Errorf("pod %s: %s is still on the node", pod, nic.RDMA)
+		}
+	}
+	in, err := rig.RDMAIn(netns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(in)
+	sort.Strings(want)
+	if !slices.Equal(in, want) {
+		t.Errorf("pod %s: RDMA devices %v in its netns, want %v", pod, in, want)
+	}
+	t.Logf("pod %s: claim %s: %s", pod, claim, nicsText(nics))
+	return nics
+}
+
+func nicsText(nics []rig.NIC) string {
+	var s []string
+	for i, n := range nics {
+		s = append(s, fmt.Sprintf("net%d=%s(%s,%s)", i+1, n.Netdev, n.PCI, n.RDMA))
+	}
+	return strings.Join(s, " ")
+}
+
+// peer is attachment netN of a DRA pod as the traffic helpers drive it.
+func draPeer(t *testing.T, pod string, i int, nic rig.NIC) rig.Peer {
+	t.Helper()
+	status, raw := networkStatus(t, "default", pod)
+	a := attachment(status, "default/"+draNetwork, fmt.Sprintf("net%d", i+1))
+	if a == nil || len(a.IPs) == 0 {
+		t.Fatalf("pod %s: network-status has no net%d with an address:\n%s", pod, i+1, raw)
+	}
+	return rig.Peer{Run: execRunner("default", pod, "tools"), Dev: nic.RDMA, IP: a.IPs[0]}
+}
+
+// waitPending waits for the scheduler to say why the pod cannot be
+// placed, then checks for settle that the pod is still unscheduled and
+// has no sandbox; it returns the scheduler's message.
+func waitPending(t *testing.T, pod string, settle time.Duration) string {
+	t.Helper()
+	var msg string
+	err := cririg.Wait(2*time.Minute, "pod "+pod+" unschedulable", func() (bool, error) {
+		p, err := cs.CoreV1().Pods("default").Get(ctx(t), pod, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+				msg = c.Message
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("%v\nevents:\n%s", err, events(t, "default", pod))
+	}
+	deadline := time.Now().Add(settle)
+	for time.Now().Before(deadline) {
+		p, err := cs.CoreV1().Pods("default").Get(ctx(t), pod, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Spec.NodeName != "" || p.Status.Phase != corev1.PodPending {
+			t.Fatalf("pod %s placed on %q, phase %s, while it should wait", pod, p.Spec.NodeName, p.Status.Phase)
+		}
+		if n := sandboxesOf(t, pod); n != 0 {
+			t.Fatalf("pod %s: %d sandboxes while it waits", pod, n)
+		}
+		time.Sleep(2 * time.Second)
+	}
+	return msg
+}
+
+// Two pods from conf's two-NIC template hold the four NICs, each NIC as
+// the attachment its claim's result order names, and RDMA traffic runs on
+// each pair of NICs (ib_write_bw between the pods, net1 to net1 and net2
+// to net2).
+func (d *draRig) twoNICsEach(t *testing.T) {
+	createPod(t, draPod("dra-a", draTemplate2, 2, 1))
+	createPod(t, draPod("dra-b", draTemplate2, 2, 2))
+	start := time.Now()
+	waitRunning(t, "default", "dra-a", 4*time.Minute)
+	waitRunning(t, "default", "dra-b", 4*time.Minute)
+	t.Logf("both pods Running %s after their creation", time.Since(start).Round(time.Second))
+	a := d.holds(t, "dra-a", 2)
+	b := d.holds(t, "dra-b", 2)
+	for i := range a {
+		bw, err := rig.WriteBWBetween(ctx(t), draPeer(t, "dra-b", i, b[i]), draPeer(t, "dra-a", i, a[i]), 65536, 100)
+		if err != nil {
+			t.Fatalf("net%d: %v", i+1, err)
+		}
+		t.Logf("ib_write_bw dra-a net%d (%s) -> dra-b net%d (%s): %d iters of %d bytes, average %.2f MB/s",
+			i+1, a[i].RDMA, i+1, b[i].RDMA, bw.Iters, bw.Bytes, bw.AverageMBps)
+	}
+	d.recordsOf(t, "dra-a", 1)
+	d.sliceUnchanged(t, "two pods holding every NIC")
+}
+
+// recordsOf checks the driver's record of the pod's claim: n claims recorded.
+func (d *draRig) recordsOf(t *testing.T, pod string, n int) {
+	t.Helper()
+	p, err := cs.CoreV1().Pods("default").Get(ctx(t), pod, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, claims, err := drarecord.Dir(draRecordDir).PodDevices(string(p.UID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(claims) != n {
+		t.Errorf("pod %s: %d claim records on the node, want %d", pod, len(claims), n)
+	}
+}
+
+// A third pod asking two NICs while none is free stays Pending with the
+// scheduler's reason and no sandbox; once dra-a is deleted (its NICs
+// home, its claim gone) it runs with dra-a's NICs.
+func (d *draRig) pendingUntilFree(t *testing.T) {
+	aClaim, aNICs := d.claimNICs(t, "dra-a")
+	createPod(t, draPod("dra-c", draTemplate2, 2, 3))
+	msg := waitPending(t, "dra-c", 20*time.Second)
+	t.Logf("dra-c waits: %s", msg)
+	deletePod(t, "default", "dra-a", metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+	waitRunning(t, "default", "dra-c", 4*time.Minute)
+	c := d.holds(t, "dra-c", 2)
+	if !sameNICs(c, aNICs) {
+		t.Errorf("dra-c holds %s, want dra-a's former %s", nicsText(c), nicsText(aNICs))
+	}
+	if err := cririg.Wait(time.Minute, "dra-a's claim "+aClaim+" deleted", func() (bool, error) {
+		_, err := cs.ResourceV1().ResourceClaims("default").Get(ctx(t), aClaim, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	}); err != nil {
+		t.Error(err)
+	}
+	if _, ok, err := drarecord.Dir(draRecordDir).Load(d.claimUID(t, aClaim)); ok || err != nil {
+		t.Errorf("dra-a's claim record still on the node (%v)", err)
+	}
+	d.sliceUnchanged(t, "dra-c holding dra-a's NICs")
+}
+
+// claimUIDs remembers claims' UIDs by name: a deleted claim's record is
+// found by the UID it had.
+var claimUIDs = map[string]string{}
+
+func (d *draRig) claimUID(t *testing.T, name string) string {
+	if uid, ok := claimUIDs[name]; ok {
+		return uid
+	}
+	c, err := cs.ResourceV1().ResourceClaims("default").Get(ctx(t), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("claim %s: %v", name, err)
+	}
+	claimUIDs[name] = string(c.UID)
+	return string(c.UID)
+}
+
+func sameNICs(a, b []rig.NIC) bool {
+	key := func(ns []rig.NIC) []string {
+		var s []string
+		for _, n := range ns {
+			s = append(s, n.PCI)
+		}
+		sort.Strings(s)
+		return s
+	}
+	return slices.Equal(key(a), key(b))
+}
+
+// With one NIC free, two pods asking one each are created at once: one
+// runs, the other waits unscheduled with no sandbox, and no NIC is held
+// twice; the loser runs once the winner is deleted.
+func (d *draRig) raceForLastNIC(t *testing.T) {
+	deletePod(t, "default", "dra-b", metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+	createPod(t, draPod("dra-one", draOneTemplate, 1, 4))
+	waitRunning(t, "default", "dra-one", 4*time.Minute)
+	held := append(d.holds(t, "dra-c", 2), d.holds(t, "dra-one", 1)...)
+	for _, p := range []string{"dra-race-1", "dra-race-2"} {
+		createPod(t, draPod(p, draOneTemplate, 1, 5+len(p)%2))
+	}
+	var winner, loser string
+	err := cririg.Wait(4*time.Minute, "one of dra-race-1, dra-race-2 Running", func() (bool, error) {
+		for _, p := range []string{"dra-race-1", "dra-race-2"} {
+			pod, err := cs.CoreV1().Pods("default").Get(ctx(t), p, metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			if pod.Status.Phase == corev1.PodRunning {
+				winner = p
+			}
+		}
+		return winner != "", nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	loser = map[string]string{"dra-race-1": "dra-race-2", "dra-race-2": "dra-race-1"}[winner]
+	held = append(held, d.holds(t, winner, 1)...)
+	msg := waitPending(t, loser, 20*time.Second)
+	t.Logf("%s runs; %s waits: %s", winner, loser, msg)
+	seen := map[string]bool{}
+	for _, n := range held {
+		if seen[n.PCI] {
+			t.Errorf("NIC %s (%s) held twice: %s", n.Netdev, n.PCI, nicsText(held))
+		}
+		seen[n.PCI] = true
+	}
+	deletePod(t, "default", winner, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+	waitRunning(t, "default", loser, 4*time.Minute)
+	d.holds(t, loser, 1)
+	deletePods(t, "default", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}, loser, "dra-one")
+	d.sliceUnchanged(t, "after the race")
+}
+
+// The driver restarted (its DaemonSet pod deleted and replaced), then
+// kubelet, under dra-c holding two claimed NICs: the pod keeps its
+// sandbox, its NICs and its record, and the slice is unchanged; the
+// restarted driver publishes the devices dra-c holds, which the host no
+// longer shows.
+func (d *draRig) restarts(t *testing.T) {
+	sb := sandboxOf(t, "default", "dra-c").Id
+	before := d.holds(t, "dra-c", 2)
+	old := d.waitDSContainers(true)
+	if err := cs.CoreV1().Pods(dsNamespace).Delete(ctx(t), old.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err := cririg.Wait(6*time.Minute, "a new DaemonSet pod with its dra container Ready", func() (bool, error) {
+		p, err := waitDaemonSetPod(ctx(t), imageRepo+":"+newTag)
+		return err == nil && p.UID != old.UID && containersOf(p)["dra"], nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The restarted driver's first publication.
+	time.Sleep(10 * time.Second)
+	d.sliceUnchanged(t, "the driver restarted under dra-c")
+	if cpu, err := cluster.CPUTime(kubelet.Pid()); err == nil {
+		stoppedKubeletCPU += cpu
+	}
+	kubelet.Stop()
+	if kubelet, err = node.StartKubelet(); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitNode(4*time.Minute, true); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(10 * time.Second)
+	if now := sandboxOf(t, "default", "dra-c").Id; now != sb {
+		t.Errorf("dra-c's sandbox is %s after the restarts, was %s", now, sb)
+	}
+	p, err := cs.CoreV1().Pods("default").Get(ctx(t), "dra-c", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rc := p.Status.ContainerStatuses[0].RestartCount; rc != 0 || p.Status.Phase != corev1.PodRunning {
+		t.Errorf("dra-c: phase %s, restart count %d after the restarts", p.Status.Phase, rc)
+	}
+	if after := d.holds(t, "dra-c", 2); !slices.Equal(after, before) {
+		t.Errorf("dra-c holds %s after the restarts, held %s", nicsText(after), nicsText(before))
+	}
+	d.recordsOf(t, "dra-c", 1)
+	d.sliceUnchanged(t, "kubelet restarted under dra-c")
+}
+
+// rdma-netns, the attach, absent from the node (its binary moved away):
+// a pod whose claim is allocated and prepared gets no sandbox, never
+// runs, says why in its events, and its NIC stays on the host; with the
+// binary back it starts with its NIC.
+func (d *draRig) attachAbsent(t *testing.T) {
+	const pod = "dra-noattach"
+	aside := cniBinary + ".e2e-aside"
+	if err := os.Rename(cniBinary, aside); err != nil {
+		t.Fatal(err)
+	}
+	restored := false
+	restore := func() {
+		if !restored {
+			restored = true
+			if err := os.Rename(aside, cniBinary); err != nil {
+				t.Errorf("restore %s: %v", cniBinary, err)
+			}
+		}
+	}
+	t.Cleanup(restore)
+	createPod(t, draPod(pod, draOneTemplate, 1, 7))
+	msg := waitEvent(t, "default", pod, "rdma-netns")
+	t.Logf("without the attach: %s", msg)
+	_, nics := d.claimNICs(t, pod)
+	for i := 0; i < 10; i++ {
+		p, err := cs.CoreV1().Pods("default").Get(ctx(t), pod, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Status.Phase == corev1.PodRunning {
+			t.Fatalf("%s Running without rdma-netns on the node", pod)
+		}
+		if !rig.HostHas(t, nics[0].RDMA) {
+			t.Fatalf("%s's NIC %s left the host without the attach", pod, nics[0].RDMA)
+		}
+		time.Sleep(2 * time.Second)
+	}
+	restore()
+	waitRunning(t, "default", pod, 5*time.Minute)
+	d.holds(t, pod, 1)
+	deletePod(t, "default", pod, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+	waitHome(t, nics[0].RDMA)
+}
+
+// The driver absent (the chart back at its default, dra.enabled=false)
+// while dra-c holds two NICs: kubelet unpublishes the driver's slice, a
+// pod asking a NIC waits unscheduled with no sandbox, dra-c keeps its
+// NICs; with the driver back, the slice is as it was (dra-c's NICs
+// published though the host cannot see them) and the pod runs.
+func (d *draRig) driverAbsent(t *testing.T) {
+	const pod = "dra-nodriver"
+	data, err := os.ReadFile(node.ManifestDir + "/daemonset.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := apply(ctx(t), data); err != nil {
+		t.Fatal(err)
+	}
+	d.waitDSContainers(false)
+	if err := cririg.Wait(2*time.Minute, "the driver's slice gone", func() (bool, error) {
+		devs, err := d.sliceDevices()
+		return err == nil && len(devs) == 0, err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	createPod(t, draPod(pod, draOneTemplate, 1, 8))
+	msg := waitPending(t, pod, 15*time.Second)
+	t.Logf("without the driver: %s", msg)
+	d.holds(t, "dra-c", 2)
+	d.enable()
+	d.slice = d.waitSliceUnchanged(t)
+	waitRunning(t, "default", pod, 5*time.Minute)
+	d.holds(t, pod, 1)
+	deletePod(t, "default", pod, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+}
+
+// waitSliceUnchanged waits for the driver's slice to be back as it was.
+func (d *draRig) waitSliceUnchanged(t *testing.T) map[string]map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
+	t.Helper()
+	var now map[string]map[resourceapi.QualifiedName]resourceapi.DeviceAttribute
+	err := cririg.Wait(3*time.Minute, "the driver's slice back as it was", func() (bool, error) {
+		var err error
+		now, err = d.sliceDevices()
+		return err == nil && reflect.DeepEqual(now, d.slice), err
+	})
+	if err != nil {
+		t.Fatalf("%v:\nnow    %s\nbefore %s", err, attrsText(now), attrsText(d.slice))
+	}
+	return now
+}
+
+// Every pod deleted: every NIC and RDMA device home under its own name,
+// no claim record left on the node, the slice as it was.
+func (d *draRig) allHome(t *testing.T) {
+	deletePod(t, "default", "dra-c", metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+	for _, n := range d.nics {
+		waitHome(t, n.RDMA)
+	}
+	netdevs, err := rig.NetdevsIn("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range d.nics {
+		if !slices.Contains(netdevs, n.Netdev) {
+			t.Errorf("netdev %s not home: the node has %v", n.Netdev, netdevs)
+		}
+	}
+	if err := cririg.Wait(time.Minute, "no DRA claim record on the node", func() (bool, error) {
+		claims, _, err := drarecord.Dir(draRecordDir).List()
+		return err == nil && len(claims) == 0, err
+	}); err != nil {
+		out, _ := exec.Command("ls", "-l", draRecordDir).CombinedOutput()
+		t.Errorf("%v:\n%s", err, out)
+	}
+	d.sliceUnchanged(t, "every pod deleted")
+}
+
+// The node's reboot with a pod holding claimed NICs (TestReboot): the
+// first boot leaves a Deployment whose pod holds two NICs from conf's
+// template, with the driver on (the chart with dra.enabled); after the
+// reboot kubelet brings the same pod back without preparing its claim
+// again, the new sandbox gets both NICs from the driver's record on the
+// node's disk, the driver publishes the same devices, and once the pod is
+// gone no claim record is left.
+const (
+	rebootDRANotes      = "/mnt/disk/e2e-reboot-dra.json"
+	rebootDRADeployment = "reboot-dra"
+)
+
+// rebootDRA is what the first boot tells the second about the DRA pod.
+type rebootDRA struct {
+	Pod, UID, Sandbox, Claim string
+	Devices                  []string
+	Slice                    map[string]map[resourceapi.QualifiedName]resourceapi.DeviceAttribute
+}
+
+// draRebootNICs are the reboot's DRA NICs: not eth1 and eth2, which the
+// RuntimeClass pods of TestReboot hold.
+var draRebootNICs = []string{"eth3", "eth4"}
+
+func draBeforeReboot(t *testing.T) {
+	d := &draRig{t: t}
+	for _, n := range draRebootNICs {
+		d.nics = append(d.nics, nicNamed(t, n))
+	}
+	d.enable()
+	for _, m := range []string{"dra-deviceclass", "dra-claimtemplate", "nad-dra"} {
+		applyManifest(t, m)
+	}
+	d.slice = d.waitSlice(len(d.nics))
+	pod := draPod("", draTemplate2, 2, 9)
+	labels := map[string]string{"app": rebootDRADeployment}
+	one := int32(1)
+	dep := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: rebootDRADeployment, Namespace: "default"},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: &one,
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: pod.Annotations}, Spec: pod.Spec},
+		},
+	}
+	if _, err := cs.AppsV1().Deployments("default").Create(ctx(t), dep, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p := waitDeploymentPod(t, rebootDRADeployment, time.Time{})
+	nics := d.holds(t, p.Name, 2)
+	claim, _ := d.claimNICs(t, p.Name)
+	n := rebootDRA{Pod: p.Name, UID: string(p.UID), Sandbox: sandboxOf(t, "default", p.Name).Id, Claim: claim, Slice: d.slice}
+	for _, nic := range nics {
+		n.Devices = append(n.Devices, nic.RDMA)
+	}
+	data, err := json.Marshal(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(rebootDRANotes, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("powering off with DRA pod %+v", n)
+}
+
+// draAfterReboot checks the DRA pod on the second boot and returns the
+// RDMA devices it holds.
+func draAfterReboot(t *testing.T) []string {
+	data, err := os.ReadFile(rebootDRANotes)
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n rebootDRA
+	if err := json.Unmarshal(data, &n); err != nil {
+		t.Fatalf("%s: %v", rebootDRANotes, err)
+	}
+	d := &draRig{t: t, slice: n.Slice}
+	for _, name := range draRebootNICs {
+		d.nics = append(d.nics, nicNamed(t, name))
+	}
+	p := waitDeploymentPod(t, rebootDRADeployment, kubelet.Started)
+	if p.Name != n.Pod || string(p.UID) != n.UID {
+		t.Errorf("Deployment %s: pod %s (%s) after the reboot, was %s (%s)", rebootDRADeployment, p.Name, p.UID, n.Pod, n.UID)
+	}
+	if sb := sandboxOf(t, "default", p.Name).Id; sb == n.Sandbox {
+		t.Errorf("pod %s: sandbox %s is the one from before the reboot", p.Name, sb)
+	}
+	claim, _ := d.claimNICs(t, p.Name)
+	if claim != n.Claim {
+		t.Errorf("pod %s: claim %s after the reboot, was %s", p.Name, claim, n.Claim)
+	}
+	nics := d.holds(t, p.Name, 2)
+	var devs []string
+	for _, nic := range nics {
+		devs = append(devs, nic.RDMA)
+	}
+	if !slices.Equal(devs, n.Devices) {
+		t.Errorf("pod %s holds %v after the reboot, held %v", p.Name, devs, n.Devices)
+	}
+	d.waitSliceUnchanged(t)
+	claims, _, err := drarecord.Dir(draRecordDir).List()
+	if err != nil || len(claims) != 1 || claims[0].PodUID != n.UID {
+		t.Errorf("DRA records after the reboot: %+v (%v), want the one of pod %s", claims, err, n.UID)
+	}
+	return devs
+}
+
+// draAfterRebootGone checks, once the DRA pod's Deployment is scaled to
+// 0, that its NICs are home and no claim record is left.
+func draAfterRebootGone(t *testing.T, devs []string) {
+	if len(devs) == 0 {
+		return
+	}
+	scale(t, rebootDRADeployment, 0)
+	if err := cririg.Wait(2*time.Minute, "the pods of "+rebootDRADeployment+" gone", func() (bool, error) {
+		return len(podsOf(t, rebootDRADeployment)) == 0, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, dev := range devs {
+		waitHome(t, dev)
+	}
+	if err := cririg.Wait(time.Minute, "no DRA claim record on the node", func() (bool, error) {
+		claims, _, err := drarecord.Dir(draRecordDir).List()
+		return err == nil && len(claims) == 0, err
+	}); err != nil {
+		t.Error(err)
+	}
+}
