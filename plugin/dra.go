@@ -41,23 +41,35 @@ func (execDelegate) Del(ctx context.Context, plugin string, conf []byte) error {
 }
 
 // delegateConf is the configuration rdma-netns gives host-device in dra
-// mode: only what names the NIC and its addresses. Nothing of the
-// runtime's is passed on: a runtimeConfig.deviceID would override the
+// mode: only what names the NIC and its addresses. Of the runtime's
+// settings only the pod's addresses (the "ips" capability, for static
+// IPAM) are passed on: a runtimeConfig.deviceID would override the
 // claim's NIC in host-device.
 type delegateConf struct {
-	CNIVersion string          `json:"cniVersion"`
-	Name       string          `json:"name"`
-	Type       string          `json:"type"`
-	PCIBusID   string          `json:"pciBusID,omitempty"`
-	Device     string          `json:"device,omitempty"`
-	IPAM       json.RawMessage `json:"ipam,omitempty"`
+	CNIVersion    string          `json:"cniVersion"`
+	Name          string          `json:"name"`
+	Type          string          `json:"type"`
+	PCIBusID      string          `json:"pciBusID,omitempty"`
+	Device        string          `json:"device,omitempty"`
+	IPAM          json.RawMessage `json:"ipam,omitempty"`
+	Capabilities  map[string]bool `json:"capabilities,omitempty"`
+	RuntimeConfig *delegateRC     `json:"runtimeConfig,omitempty"`
+}
+
+type delegateRC struct {
+	IPs json.RawMessage `json:"ips"`
 }
 
 func (c *call) delegateConf(pci, device string) []byte {
-	b, _ := json.Marshal(delegateConf{
+	d := delegateConf{
 		CNIVersion: c.conf.CNIVersion, Name: c.conf.Name, Type: hostDevice,
 		PCIBusID: pci, Device: device, IPAM: c.conf.IPAM,
-	})
+	}
+	if ips := c.conf.RuntimeConfig.IPs; len(ips) > 0 && c.conf.Capabilities["ips"] {
+		d.Capabilities = map[string]bool{"ips": true}
+		d.RuntimeConfig = &delegateRC{IPs: ips}
+	}
+	b, _ := json.Marshal(d)
 	return b
 }
 

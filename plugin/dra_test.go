@@ -341,3 +341,29 @@ func TestDRADelAlreadyDone(t *testing.T) {
 		t.Fatalf("DEL with the netns gone and no ipam: %v, delegated %+v", err, d.calls)
 	}
 }
+
+// The pod's addresses (Multus's runtimeConfig.ips, for a network that
+// declares the "ips" capability) reach host-device's static IPAM on ADD
+// and DEL; without the capability they are not passed.
+func TestDRAPassesPodIPs(t *testing.T) {
+	for _, declared := range []bool{true, false} {
+		e, p, d, dir := draEnv(t)
+		extra := map[string]any{"runtimeConfig": map[string]any{"ips": []any{"10.9.8.7/24"}}}
+		if declared {
+			extra["capabilities"] = map[string]any{"ips": true}
+		}
+		conf := e.draConf(p, map[string]any{"request": "nics", "index": 1, "recordDir": dir}, extra)
+		if _, err := e.add(p, conf, podArgs(draPod)); err != nil {
+			t.Fatalf("ADD: %v\nlog:\n%s", err, e.log)
+		}
+		if err := e.del(p, conf); err != nil {
+			t.Fatalf("DEL: %v", err)
+		}
+		rc := `,"capabilities":{"ips":true},"runtimeConfig":{"ips":["10.9.8.7/24"]}`
+		if !declared {
+			rc = ""
+		}
+		wantConf(t, d.calls[0].conf, `{"cniVersion":"1.1.0","name":"rdma-net","type":"host-device","pciBusID":"0000:00:05.0",`+staticIPAM+rc+`}`)
+		wantConf(t, d.calls[1].conf, `{"cniVersion":"1.1.0","name":"rdma-net","type":"host-device","device":"net1",`+staticIPAM+rc+`}`)
+	}
+}

@@ -22,6 +22,7 @@ import (
 	"github.com/rdma-netns/rdma-netns/cmd/rdma-netns-dra/nics"
 	"github.com/rdma-netns/rdma-netns/cmd/rdma-netns-dra/slices"
 	"github.com/rdma-netns/rdma-netns/pkg/drarecord"
+	"github.com/rdma-netns/rdma-netns/pkg/rdmadev"
 	"github.com/rdma-netns/rdma-netns/pkg/rdmans"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -37,6 +38,7 @@ const (
 
 type options struct {
 	node, recordDir, sysfs, kubeconfig string
+	pciAddresses                       string
 	rescan                             time.Duration
 }
 
@@ -48,6 +50,7 @@ func main() {
 	fl.StringVar(&o.recordDir, "record-dir", drarecord.DefaultDir, "where the claims' records go, read by the rdma-netns CNI plugin; on the node's disk")
 	fl.StringVar(&o.sysfs, "sysfs", "/sys", "the sysfs to find the NICs in")
 	fl.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (default: the pod's service account)")
+	fl.StringVar(&o.pciAddresses, "pci-addresses", "", "comma-separated PCI addresses (0000:3b:00.0) of the only NICs to offer (default: every RDMA NIC of the node); the others stay with whatever else hands NICs out here")
 	fl.DurationVar(&o.rescan, "rescan", 30*time.Second, "how often to look at the NICs again; the slice is published again when they changed")
 	fl.Parse(os.Args[1:])
 	if err := run(o, logger); err != nil {
@@ -63,6 +66,10 @@ func run(o options, logger *log.Logger) error {
 	if o.rescan <= 0 {
 		return fmt.Errorf("--rescan %s: want a positive interval", o.rescan)
 	}
+	only, err := pciAllowList(o.pciAddresses)
+	if err != nil {
+		return err
+	}
 	client, err := kubeClient(o.kubeconfig)
 	if err != nil {
 		return err
@@ -71,7 +78,7 @@ func run(o options, logger *log.Logger) error {
 	defer stop()
 
 	records := drarecord.Dir(o.recordDir)
-	scanner := nics.Scanner{Root: o.sysfs}
+	scanner := nics.Scanner{Root: o.sysfs, Only: only}
 	d := &driver.Driver{Records: records, Scanner: scanner, Log: logger}
 	helper, err := kubeletplugin.Start(ctx, d,
 		kubeletplugin.DriverName(drarecord.DriverName),
@@ -100,6 +107,22 @@ func run(o options, logger *log.Logger) error {
 		case <-tick.C:
 		}
 	}
+}
+
+// pciAllowList parses --pci-addresses; empty means every NIC.
+func pciAllowList(s string) (map[string]bool, error) {
+	if s == "" {
+		return nil, nil
+	}
+	only := map[string]bool{}
+	for _, a := range strings.Split(s, ",") {
+		a = strings.ToLower(strings.TrimSpace(a))
+		if !rdmadev.IsPCIAddress(a) {
+			return nil, fmt.Errorf("--pci-addresses: %q is not a PCI address (want domain:bus:device.function, 0000:3b:00.0)", a)
+		}
+		only[a] = true
+	}
+	return only, nil
 }
 
 func kubeClient(kubeconfig string) (*kubernetes.Clientset, error) {

@@ -6,6 +6,7 @@ import (
 	"log"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/rdma-netns/rdma-netns/cmd/rdma-netns-dra/internal/fakesys"
@@ -47,5 +48,20 @@ func TestPublishesWhenChanged(t *testing.T) {
 	want := []int{2, 1, 0}
 	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] || got[2] != want[2] {
 		t.Errorf("published device counts %v, want %v", got, want)
+	}
+}
+
+func TestPCIAllowList(t *testing.T) {
+	only, err := pciAllowList(" 0000:3B:00.0,0000:00:05.0")
+	if err != nil || len(only) != 2 || !only["0000:3b:00.0"] || !only["0000:00:05.0"] {
+		t.Errorf("pciAllowList = %v, %v", only, err)
+	}
+	if only, err := pciAllowList(""); only != nil || err != nil {
+		t.Errorf("empty list = %v, %v; want every NIC (nil)", only, err)
+	}
+	for _, bad := range []string{"eth1", "0000:3b:00.0,../x", "3b:00.0"} {
+		if _, err := pciAllowList(bad); err == nil || !strings.Contains(err.Error(), "not a PCI address") {
+			t.Errorf("pciAllowList(%q) = %v, want a refusal", bad, err)
+		}
 	}
 }

@@ -29,6 +29,8 @@ import (
 
 // What conf/'s DRA examples name (conf/dra-*.yaml, conf/nad-dra.yaml).
 const (
+	// draConfPod is conf/pod-dra.yaml's pod (container "app").
+	draConfPod     = "rdma-dra-0"
 	draDriver      = drarecord.DriverName
 	draTemplate2   = "rdma-nics-2"
 	draNetwork     = "rdma-dra"
@@ -144,7 +146,7 @@ func (d *draRig) waitDSContainers(dra bool) *corev1.Pod {
 func (d *draRig) cleanup() {
 	t := d.t
 	c := ctx(t)
-	for _, name := range []string{"dra-a", "dra-b", "dra-c", "dra-one", "dra-race-1", "dra-race-2", "dra-noattach", "dra-nodriver"} {
+	for _, name := range []string{draConfPod, "dra-b", "dra-c", "dra-one", "dra-race-1", "dra-race-2", "dra-noattach", "dra-nodriver"} {
 		_ = cs.CoreV1().Pods("default").Delete(c, name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
 	}
 	if data, err := os.ReadFile(node.ManifestDir + "/daemonset.yaml"); err == nil {
@@ -244,11 +246,12 @@ func attrsText(devs map[string]map[resourceapi.QualifiedName]resourceapi.DeviceA
 
 // draPod is a tools pod holding a claim from template, with one
 // attachment of conf's NAD per NIC (net1 the claim's first NIC, ...),
-// each on a subnet of its own.
+// each on a subnet of its own, as conf/pod-dra.yaml's (10.100.30.0/24,
+// 10.100.31.0/24, where that pod is host 2).
 func draPod(name, template string, nics, host int) *corev1.Pod {
 	var nets []string
 	for i := 0; i < nics; i++ {
-		nets = append(nets, fmt.Sprintf(`{"name":%q,"interface":"net%d","ips":["10.100.%d.%d/24"],"cni-args":{"draIndex":%d}}`, draNetwork, i+1, 150+i, host, i))
+		nets = append(nets, fmt.Sprintf(`{"name":%q,"interface":"net%d","ips":["10.100.%d.%d/24"],"cni-args":{"draIndex":%d}}`, draNetwork, i+1, 30+i, host, i))
 	}
 	p := toolsPod("default", name, "["+strings.Join(nets, ",")+"]")
 	p.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "nics", ResourceClaimTemplateName: &template}}
@@ -340,7 +343,11 @@ func draPeer(t *testing.T, pod string, i int, nic rig.NIC) rig.Peer {
 	if a == nil || len(a.IPs) == 0 {
 		t.Fatalf("pod %s: network-status has no net%d with an address:\n%s", pod, i+1, raw)
 	}
-	return rig.Peer{Run: execRunner("default", pod, "tools"), Dev: nic.RDMA, IP: a.IPs[0]}
+	container := "tools"
+	if pod == draConfPod {
+		container = "app"
+	}
+	return rig.Peer{Run: execRunner("default", pod, container), Dev: nic.RDMA, IP: a.IPs[0]}
 }
 
 // waitPending waits for the scheduler to say why the pod cannot be
@@ -382,28 +389,29 @@ func waitPending(t *testing.T, pod string, settle time.Duration) string {
 	return msg
 }
 
-// Two pods from conf's two-NIC template hold the four NICs, each NIC as
+// conf/pod-dra.yaml's pod and a second pod from the same two-NIC
+// template hold the four NICs, each NIC as
 // the attachment its claim's result order names, and RDMA traffic runs on
 // each pair of NICs (ib_write_bw between the pods, net1 to net1 and net2
 // to net2).
 func (d *draRig) twoNICsEach(t *testing.T) {
-	createPod(t, draPod("dra-a", draTemplate2, 2, 1))
-	createPod(t, draPod("dra-b", draTemplate2, 2, 2))
+	applyManifest(t, "pod-dra")
+	createPod(t, draPod("dra-b", draTemplate2, 2, 1))
 	start := time.Now()
-	waitRunning(t, "default", "dra-a", 4*time.Minute)
+	waitRunning(t, "default", draConfPod, 4*time.Minute)
 	waitRunning(t, "default", "dra-b", 4*time.Minute)
 	t.Logf("both pods Running %s after their creation", time.Since(start).Round(time.Second))
-	a := d.holds(t, "dra-a", 2)
+	a := d.holds(t, draConfPod, 2)
 	b := d.holds(t, "dra-b", 2)
 	for i := range a {
-		bw, err := rig.WriteBWBetween(ctx(t), draPeer(t, "dra-b", i, b[i]), draPeer(t, "dra-a", i, a[i]), 65536, 100)
+		bw, err := rig.WriteBWBetween(ctx(t), draPeer(t, "dra-b", i, b[i]), draPeer(t, draConfPod, i, a[i]), 65536, 100)
 		if err != nil {
 			t.Fatalf("net%d: %v", i+1, err)
 		}
-		t.Logf("ib_write_bw dra-a net%d (%s) -> dra-b net%d (%s): %d iters of %d bytes, average %.2f MB/s",
+		t.Logf("ib_write_bw rdma-dra-0 net%d (%s) -> dra-b net%d (%s): %d iters of %d bytes, average %.2f MB/s",
 			i+1, a[i].RDMA, i+1, b[i].RDMA, bw.Iters, bw.Bytes, bw.AverageMBps)
 	}
-	d.recordsOf(t, "dra-a", 1)
+	d.recordsOf(t, draConfPod, 1)
 	d.sliceUnchanged(t, "two pods holding every NIC")
 }
 
@@ -424,29 +432,30 @@ func (d *draRig) recordsOf(t *testing.T, pod string, n int) {
 }
 
 // A third pod asking two NICs while none is free stays Pending with the
-// scheduler's reason and no sandbox; once dra-a is deleted (its NICs
-// home, its claim gone) it runs with dra-a's NICs.
+// scheduler's reason and no sandbox; once rdma-dra-0 (conf's pod) is deleted (its NICs
+// home, its claim gone) it runs with rdma-dra-0's NICs.
 func (d *draRig) pendingUntilFree(t *testing.T) {
-	aClaim, aNICs := d.claimNICs(t, "dra-a")
+	aClaim, aNICs := d.claimNICs(t, draConfPod)
+	aUID := d.claimUID(t, aClaim)
 	createPod(t, draPod("dra-c", draTemplate2, 2, 3))
 	msg := waitPending(t, "dra-c", 20*time.Second)
 	t.Logf("dra-c waits: %s", msg)
-	deletePod(t, "default", "dra-a", metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+	deletePod(t, "default", draConfPod, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
 	waitRunning(t, "default", "dra-c", 4*time.Minute)
 	c := d.holds(t, "dra-c", 2)
 	if !sameNICs(c, aNICs) {
-		t.Errorf("dra-c holds %s, want dra-a's former %s", nicsText(c), nicsText(aNICs))
+		t.Errorf("dra-c holds %s, want rdma-dra-0's former %s", nicsText(c), nicsText(aNICs))
 	}
-	if err := cririg.Wait(time.Minute, "dra-a's claim "+aClaim+" deleted", func() (bool, error) {
+	if err := cririg.Wait(time.Minute, "rdma-dra-0's claim "+aClaim+" deleted", func() (bool, error) {
 		_, err := cs.ResourceV1().ResourceClaims("default").Get(ctx(t), aClaim, metav1.GetOptions{})
 		return apierrors.IsNotFound(err), nil
 	}); err != nil {
 		t.Error(err)
 	}
-	if _, ok, err := drarecord.Dir(draRecordDir).Load(d.claimUID(t, aClaim)); ok || err != nil {
-		t.Errorf("dra-a's claim record still on the node (%v)", err)
+	if _, ok, err := drarecord.Dir(draRecordDir).Load(aUID); ok || err != nil {
+		t.Errorf("rdma-dra-0's claim record still on the node (%v)", err)
 	}
-	d.sliceUnchanged(t, "dra-c holding dra-a's NICs")
+	d.sliceUnchanged(t, "dra-c holding rdma-dra-0's NICs")
 }
 
 // claimUIDs remembers claims' UIDs by name: a deleted claim's record is

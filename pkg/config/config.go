@@ -92,6 +92,10 @@ type NetConf struct {
 	RuntimeConfig struct {
 		DeviceID          string `json:"deviceID,omitempty"`
 		CNIDeviceInfoFile string `json:"CNIDeviceInfoFile,omitempty"`
+		// IPs are the pod's addresses for this attachment (the "ips"
+		// capability), which dra mode passes on to host-device's IPAM as
+		// they are: read by no one else, so that DEL never fails on them.
+		IPs json.RawMessage `json:"ips,omitempty"`
 	} `json:"runtimeConfig,omitempty"`
 
 	// ArgsJSON is args as the runtime sent it. Multus copies a pod's

@@ -47,7 +47,13 @@ type Skipped struct {
 }
 
 // Scanner reads the sysfs mounted at Root ("/sys"; tests give a fake tree).
-type Scanner struct{ Root string }
+type Scanner struct {
+	Root string
+	// Only, when not empty, are the PCI functions offered: the others are
+	// left to whatever else hands NICs out on the node (a device plugin,
+	// NADs that name their NIC), which must never hand out the same one.
+	Only map[string]bool
+}
 
 // Scan lists the host's RDMA NICs, sorted by PCI address. RDMA devices
 // not on a PCI function, or whose function has no netdev in the host,
@@ -73,6 +79,10 @@ func (s Scanner) Scan() (nics []NIC, skipped []Skipped, err error) {
 	}
 	sort.Strings(addrs)
 	for _, addr := range addrs {
+		if len(s.Only) > 0 && !s.Only[addr] {
+			skipped = append(skipped, Skipped{PCIAddress: addr, RdmaDevice: strings.Join(byFunc[addr], ","), Reason: "not in --pci-addresses"})
+			continue
+		}
 		n, why := s.nic(fs, addr, devs)
 		if why != "" {
 			skipped = append(skipped, Skipped{PCIAddress: addr, RdmaDevice: strings.Join(byFunc[addr], ","), Reason: why})

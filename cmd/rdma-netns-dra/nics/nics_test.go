@@ -46,3 +46,20 @@ func TestScanSkipsNICWithoutNetdev(t *testing.T) {
 		t.Errorf("skipped = %+v, want %s (%s)", skipped, fakesys.MlxAddr, fakesys.MlxRDMA)
 	}
 }
+
+// --pci-addresses: only the NICs it lists are offered, so that NICs a
+// device plugin or a pinned NAD hands out on the same node are never
+// offered twice.
+func TestScanOnlyListedNICs(t *testing.T) {
+	node := fakesys.New(t)
+	got, skipped, err := nics.Scanner{Root: node.Root, Only: map[string]bool{fakesys.MlxAddr: true}}.Scan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].PCIAddress != fakesys.MlxAddr {
+		t.Errorf("Scan = %+v, want only %s", got, fakesys.MlxAddr)
+	}
+	if len(skipped) != 1 || skipped[0].PCIAddress != fakesys.VirtioAddr || skipped[0].Reason != "not in --pci-addresses" {
+		t.Errorf("skipped = %+v, want %s, not listed", skipped, fakesys.VirtioAddr)
+	}
+}
