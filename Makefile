@@ -381,6 +381,11 @@ K8S_BENCH_ATTACHMENTS ?= 1,2,4,8
 # 15-40, on top of the boot and the scrape bench.
 K8S_BENCH_ROUNDS ?= 3
 K8S_SCRAPE_BENCH ?= 50
+## K8S_BENCH_DRA_NICS: the counts of NICs per pod of TestBenchDRA (the
+## same boot): a pod holding them by ResourceClaim (rdma-netns-dra) against
+## one holding them by the suite's device plugin, K8S_BENCH_ROUNDS of each
+## per count, interleaved; its table follows the first.
+K8S_BENCH_DRA_NICS ?= 1,4
 # eth0 and a test NIC per attachment of the largest count (eth1..eth8),
 # which are also the scrape bench's 8: vm-run.sh's default, named because
 # the bench needs it. A larger count needs it + 1 NICs (28 at most).
@@ -391,8 +396,9 @@ K8S_BENCH_TIMEOUT ?= 3600
 bench: bench-k8s
 bench-k8s:
 	@$(MAKE) --no-print-directory k8s-payload
-	@{ $(K8S_ENV); $(K8S_CLUSTER) $(K8S_VM) --nics $(K8S_BENCH_NICS) --timeout $(K8S_BENCH_TIMEOUT) -- 'k8s.test -test.v -test.run "^(TestBenchPodStart|TestBenchScrape)$$" -k8s.bench $(K8S_BENCH_ROUNDS) -k8s.bench-attachments $(K8S_BENCH_ATTACHMENTS) -k8s.scrape-bench $(K8S_SCRAPE_BENCH)'; echo $$? > $(OUT)/bench-k8s.rc; } | tee $(OUT)/bench-k8s.log
+	@{ $(K8S_ENV); $(K8S_CLUSTER) $(K8S_VM) --nics $(K8S_BENCH_NICS) --timeout $(K8S_BENCH_TIMEOUT) -- 'k8s.test -test.v -test.run "^(TestBenchPodStart|TestBenchDRA|TestBenchScrape)$$" -k8s.bench $(K8S_BENCH_ROUNDS) -k8s.bench-attachments $(K8S_BENCH_ATTACHMENTS) -k8s.bench-dra-nics $(K8S_BENCH_DRA_NICS) -k8s.scrape-bench $(K8S_SCRAPE_BENCH)'; echo $$? > $(OUT)/bench-k8s.rc; } | tee $(OUT)/bench-k8s.log
 	@sed -n '/^=== K8S BENCH BEGIN ===/,/^=== K8S BENCH END ===/p' $(OUT)/bench-k8s.log | sed '1d;$$d' > $(OUT)/bench-k8s.txt
+	@sed -n '/^=== K8S DRA BENCH BEGIN ===/,/^=== K8S DRA BENCH END ===/p' $(OUT)/bench-k8s.log | sed '1d;$$d' | sed '1s/^/\n/' >> $(OUT)/bench-k8s.txt
 	@sed -n '/^=== K8S SCRAPE BENCH BEGIN ===/,/^=== K8S SCRAPE BENCH END ===/p' $(OUT)/bench-k8s.log | sed '1d;$$d' | sed '1s/^/\n/' >> $(OUT)/bench-k8s.txt; cat $(OUT)/bench-k8s.txt
 	@rc=$$(cat $(OUT)/bench-k8s.rc); rm -f $(OUT)/bench-k8s.rc; [ "$$rc" != 0 ] || echo "Kubernetes bench table: $(OUT)/bench-k8s.txt"; exit $$rc
 

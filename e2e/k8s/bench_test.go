@@ -194,7 +194,16 @@ func benchTimeout(base time.Duration, n int) time.Duration {
 // to be Running, and returns how long that took from the create.
 func startBenchPod(t *testing.T, name string, k benchKind, nics []rig.NIC) time.Duration {
 	t.Helper()
-	timeout := benchTimeout(3*time.Minute, len(nics))
+	return startTimed(t, toolsPod("default", name, k.networks(nics)), len(nics))
+}
+
+// startTimed creates pod, whose networks have n attachments, and waits
+// (watching, not polling) for it to be Running; it returns how long that
+// took from the create.
+func startTimed(t *testing.T, pod *corev1.Pod, n int) time.Duration {
+	t.Helper()
+	name, nets := pod.Name, pod.Annotations["k8s.v1.cni.cncf.io/networks"]
+	timeout := benchTimeout(3*time.Minute, n)
 	// A context of its own: ctx(t)'s five minutes could end the watch
 	// before the timeout of a pod with many attachments.
 	wctx, cancel := context.WithTimeout(context.Background(), timeout+time.Minute)
@@ -205,19 +214,19 @@ func startBenchPod(t *testing.T, name string, k benchKind, nics []rig.NIC) time.
 	}
 	defer w.Stop()
 	created := time.Now()
-	createPod(t, toolsPod("default", name, k.networks(nics)))
+	createPod(t, pod)
 	expired := time.After(timeout)
 	for {
 		select {
 		case ev, ok := <-w.ResultChan():
 			if !ok {
-				t.Fatalf("pod %s (%s): the API server closed the watch before the pod was Running\nevents:\n%s", name, k.networks(nics), events(t, "default", name))
+				t.Fatalf("pod %s (%s): the API server closed the watch before the pod was Running\nevents:\n%s", name, nets, events(t, "default", name))
 			}
 			if p, isPod := ev.Object.(*corev1.Pod); isPod && ev.Type != watch.Deleted && p.Status.Phase == corev1.PodRunning {
 				return time.Since(created)
 			}
 		case <-expired:
-			t.Fatalf("pod %s (%s): not Running after %s\nevents:\n%s", name, k.networks(nics), timeout, events(t, "default", name))
+			t.Fatalf("pod %s (%s): not Running after %s\nevents:\n%s", name, nets, timeout, events(t, "default", name))
 		}
 	}
 }

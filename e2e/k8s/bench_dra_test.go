@@ -1,0 +1,158 @@
+//go:build e2e
+
+package k8s
+
+import (
+	"flag"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/rdma-netns/rdma-netns/e2e/internal/rig"
+	"github.com/rdma-netns/rdma-netns/e2e/k8s/deviceplugin"
+)
+
+// benchDRANICs are the counts of NICs per pod TestBenchDRA runs rounds of.
+var benchDRANICs = flag.String("k8s.bench-dra-nics", "1,4", "TestBenchDRA: comma-separated counts of NICs per pod (eth1 on), rounds of each")
+
+// The two ways a pod gets n whole NICs that TestBenchDRA compares.
+const (
+	benchByClaim = "claim"
+	benchByDP    = "device plugin"
+)
+
+// TestBenchDRA prints the time from pod create to Running, and from
+// delete to every NIC home, for a pod holding n NICs by a ResourceClaim
+// (rdma-netns-dra, conf's DeviceClass and NAD, a template asking n) and
+// for one holding n NICs of a device plugin resource (the suite's device
+// plugin, n NADs naming the resource: Multus hands each its NIC, chain
+// host-device then rdma-netns), on the same NICs, the two interleaved
+// (make bench-k8s, -k8s.bench rounds). Figures only; each pod must hold
+// every RDMA device it asked for, and every NIC must be home after it.
+func TestBenchDRA(t *testing.T) {
+	if *benchRounds < 1 {
+		t.Skip("a benchmark: make bench-k8s runs it (-k8s.bench N)")
+	}
+	counts, err := attachmentCounts(*benchDRANICs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nics := benchNICs(t, slices.Max(counts))
+	pcis := make([]string, len(nics))
+	for i, n := range nics {
+		pcis[i] = n.PCI
+	}
+
+	d := &draRig{t: t, nics: nics}
+	d.enable()
+	t.Cleanup(d.cleanup)
+	for _, m := range []string{"dra-deviceclass", "dra-claimtemplate", "nad-dra"} {
+		applyManifest(t, m)
+	}
+	for _, n := range counts {
+		benchTemplate(t, n)
+	}
+	d.slice = d.waitSlice(len(nics))
+
+	dp, err := deviceplugin.New(nicResource, pcis, pluginapi.DevicePluginPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := dp.Start(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(dp.Stop)
+	waitAllocatable(t, nicResource, int64(len(nics)))
+	for i := range nics {
+		nad(t, "default", fmt.Sprintf("bench-dp-%d", i), "", fmt.Sprintf("10.100.%d.1/29", 101+i), "", byResource(nicResource))
+	}
+
+	times := map[int]map[string][]podTimes{}
+	for _, n := range counts {
+		times[n] = map[string][]podTimes{}
+	}
+	for i := range *benchRounds {
+		for j, n := range counts {
+			order := []string{benchByClaim, benchByDP}
+			if (i+j)%2 == 1 {
+				order = []string{benchByDP, benchByClaim}
+			}
+			for _, by := range order {
+				name := fmt.Sprintf("bench-%s-%dnic-%d", strings.ReplaceAll(by, " ", ""), n, i)
+				pt := d.benchDRAPod(t, name, by, n)
+				times[n][by] = append(times[n][by], pt)
+				t.Logf("%s: Running %s after create, gone with every NIC home %s after delete", name, pt.start.Round(time.Millisecond), pt.stop.Round(time.Millisecond))
+			}
+		}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "pod create -> Running and delete -> gone with its NICs home (kubelet %s, Multus thick, containerd), by ResourceClaim against by device plugin, %d pods of each per count, interleaved\n", kubeletVersion(t), *benchRounds)
+	fmt.Fprintf(&b, "TCG-emulated node (qemu, no KVM) on shared cores: the seconds are noisy and no hardware's; the ratio claim/device plugin is the figure\n")
+	fmt.Fprintf(&b, "%-5s %-14s %10s %10s %10s %14s\n", "NICs", "NICs by", "start p50", "min", "max", "delete p50")
+	for _, n := range counts {
+		for _, by := range []string{benchByClaim, benchByDP} {
+			s := stats(startsOf(times[n][by]))
+			fmt.Fprintf(&b, "%-5d %-14s %9.2fs %9.2fs %9.2fs %13.2fs\n", n, by, s.p50, s.min, s.max, stats(stopsOf(times[n][by])).p50)
+		}
+		fmt.Fprintf(&b, "%-5s claim/device plugin %s start p50, %s delete p50\n", "",
+			ratio(stats(startsOf(times[n][benchByClaim])).p50, stats(startsOf(times[n][benchByDP])).p50),
+			ratio(stats(stopsOf(times[n][benchByClaim])).p50, stats(stopsOf(times[n][benchByDP])).p50))
+	}
+	fmt.Printf("=== K8S DRA BENCH BEGIN ===\n%s=== K8S DRA BENCH END ===\n", b.String())
+}
+
+// benchTemplate is conf's template asking n NICs, named bench-nics-<n>.
+func benchTemplate(t *testing.T, n int) {
+	t.Helper()
+	tpl, err := cs.ResourceV1().ResourceClaimTemplates("default").Get(ctx(t), draTemplate2, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("conf/dra-claimtemplate.yaml's template: %v", err)
+	}
+	c := &resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("bench-nics-%d", n), Namespace: "default"}, Spec: *tpl.Spec.DeepCopy()}
+	c.Spec.Spec.Devices.Requests[0].Exactly.Count = int64(n)
+	if _, err := cs.ResourceV1().ResourceClaimTemplates("default").Create(ctx(t), c, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+}
+
+// benchDRAPod starts a pod holding n NICs the way by says, checks that it
+// holds n RDMA devices of the bench's NICs, deletes it and returns both
+// times.
+func (d *draRig) benchDRAPod(t *testing.T, name, by string, n int) podTimes {
+	t.Helper()
+	var pod *corev1.Pod
+	if by == benchByClaim {
+		pod = draPod(name, fmt.Sprintf("bench-nics-%d", n), n, 10)
+	} else {
+		var nets []string
+		for i := 0; i < n; i++ {
+			nets = append(nets, fmt.Sprintf("bench-dp-%d", i))
+		}
+		pod = toolsPod("default", name, strings.Join(nets, ","))
+		pod.Spec.Containers[0].Resources.Limits = corev1.ResourceList{nicResource: resource.MustParse(fmt.Sprint(n))}
+	}
+	start := startTimed(t, pod, n)
+	in, err := rig.RDMAIn(mustNetns(t, "default", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := 0
+	for _, nic := range d.nics {
+		if rig.Contains(in, nic.RDMA) {
+			held++
+		}
+	}
+	if held != n || len(in) != n {
+		t.Fatalf("pod %s (%s): RDMA devices %v in its netns, want %d of %s", name, by, in, n, nicSpan(d.nics))
+	}
+	return podTimes{start: start, stop: stopBenchPod(t, name, d.nics)}
+}
