@@ -109,11 +109,20 @@ func (d *draRig) enable() {
 	for i, n := range d.nics {
 		pcis[i] = n.PCI
 	}
-	out, err := helmCmd("template", release, chartDir, "-n", dsNamespace,
-		"--set", "image.repository="+imageRepo, "--set", "image.tag="+newTag,
-		"--set", "dra.enabled=true", "--set", "dra.pciAddresses={"+strings.Join(pcis, ",")+"}").Output()
+	sv, err := cs.Discovery().ServerVersion()
 	if err != nil {
-		t.Fatalf("helm template with dra.enabled: %v\n%s", err, out)
+		t.Fatal(err)
+	}
+	// helm template renders without the cluster: it is told the
+	// cluster's version, which the chart's kubeVersion checks.
+	cmd := helmCmd("template", release, chartDir, "-n", dsNamespace, "--kube-version", sv.GitVersion,
+		"--set", "image.repository="+imageRepo, "--set", "image.tag="+newTag,
+		"--set", "dra.enabled=true", "--set", "dra.pciAddresses={"+strings.Join(pcis, ",")+"}")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("helm template with dra.enabled: %v\n%s", err, stderr.String())
 	}
 	if err := apply(ctx(t), out); err != nil {
 		t.Fatalf("apply the chart with dra.enabled: %v", err)
