@@ -415,7 +415,7 @@ func (d *draRig) twoNICsEach(t *testing.T) {
 	for i := range a {
 		bw, err := rig.WriteBWBetween(ctx(t), draPeer(t, "dra-b", i, b[i]), draPeer(t, draConfPod, i, a[i]), 65536, 100)
 		if err != nil {
-			t.Fatalf("net%d: %v", i+1, err)
+			t.Fatalf("net%d: %v\n%s: %s\ndra-b: %s", i+1, err, draConfPod, netDiag(t, draConfPod), netDiag(t, "dra-b"))
 		}
 		t.Logf("ib_write_bw rdma-dra-0 net%d (%s) -> dra-b net%d (%s): %d iters of %d bytes, average %.2f MB/s",
 			i+1, a[i].RDMA, i+1, b[i].RDMA, bw.Iters, bw.Bytes, bw.AverageMBps)
@@ -768,7 +768,7 @@ func draBeforeReboot(t *testing.T) {
 	if err := os.WriteFile(rebootDRANotes, data, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("powering off with DRA pod %+v", n)
+	t.Logf("powering off with DRA pod %s (%s), claim %s, devices %v", n.Pod, n.UID, n.Claim, n.Devices)
 }
 
 // draAfterReboot checks the DRA pod on the second boot and returns the
@@ -837,4 +837,17 @@ func draAfterRebootGone(t *testing.T, devs []string) {
 	}); err != nil {
 		t.Error(err)
 	}
+}
+
+// netDiag is what the pod's netns shows of its addresses, neighbours,
+// routes and RDMA devices' GIDs, for a failed traffic run's message.
+func netDiag(t *testing.T, pod string) string {
+	t.Helper()
+	netns := mustNetns(t, "default", pod)
+	out, err := exec.Command("nsenter", "--net="+netns, "sh", "-c",
+		`ip -br addr; ip neigh; ip route; for d in /sys/class/infiniband/*; do echo "$d: $(cat $d/ports/1/state)"; for g in 0 1 2 3; do echo " gid $g $(cat $d/ports/1/gids/$g) $(cat $d/ports/1/gid_attrs/ndevs/$g 2>/dev/null) $(cat $d/ports/1/gid_attrs/types/$g 2>/dev/null)"; done; done; cat /proc/sys/net/ipv4/conf/all/arp_ignore /proc/sys/net/ipv4/conf/all/rp_filter`).CombinedOutput()
+	if err != nil {
+		return fmt.Sprintf("%v: %s", err, out)
+	}
+	return string(out)
 }
