@@ -18,13 +18,16 @@
 //     addresses, ARP settings and routes in a netns (railnet.go), the
 //     kernel, the records and the reserved names (env.go), rdma-netns-nri
 //     and containerd's bundles (nriread.go), kubectl's NAD JSON
-//     (nadjson.go), the DRA driver's records (draread.go); beside it the findings and the words several checks
-//     share (finding.go, words.go, fixes.go), the quoting of names
+//     (nadjson.go), the DRA driver's records (draread.go), the pod's GPUs
+//     and where they and its NICs sit on PCIe (gpuread.go); beside it the
+//     findings and the words several checks share (finding.go, words.go,
+//     fixes.go), the quoting of names
 //     (quote.go) and the report writer (write.go), which knows findings
 //     and tables, not checks, and escapes every value it prints;
 //   - the checks, a file each, which turn those facts into findings and
 //     know no other check: mode.go, records.go, devices.go, needs.go,
-//     access.go, ucx.go, rails.go, nri.go, tenancy.go, nadnames.go, dra.go;
+//     access.go, ucx.go, rails.go, nri.go, tenancy.go, nadnames.go, dra.go,
+//     align.go;
 //   - the views, which run the checks of a node, a pod or the NADs and
 //     describe what they saw as tables: node.go, pod.go, nads.go;
 //   - Report and its entry points (report.go), and the commands with
@@ -49,7 +52,7 @@ import (
 )
 
 const usage = `Usage: rdma-netns doctor [--json] [--state-dir DIR] [--dra-dir DIR] [--sysfs ROOT]
-       rdma-netns doctor --netns PATH | --pid PID [--json]
+       rdma-netns doctor --netns PATH | --pid PID [--gpus BDF,...] [--json]
        rdma-netns doctor nads [--json] [FILE]   (rdma-netns doctor nads --help)
 
 Without --netns/--pid: node checks. The RDMA subsystem's netns mode and
@@ -85,7 +88,10 @@ by its uid, groups and capabilities in its user namespace, may open
 those nodes (a hostUsers: false pod gets the node's own, whose mode then
 applies). With --pid, what
 rdma-netns-nri wrote on the process's container: who adjusted it, and
-what it could not give (a bad rdma-netns.io/shm-size).
+what it could not give (a bad rdma-netns.io/shm-size). For each GPU the
+processes can open (/dev/nvidiaN, /dev/dri/renderDN) or --gpus names: the
+pod's NICs under its PCIe root and on its NUMA node, a WARN when none is
+under its root.
 
 With nads: the NetworkAttachmentDefinitions that kubectl get
 network-attachment-definitions -A -o json prints, from FILE or stdin. Who
@@ -118,8 +124,18 @@ func runOn(args []string, stdout, stderr io.Writer, env *Env) int {
 	stateDir := fl.String("state-dir", state.DefaultDir, "rdma-netns state directory (the plugin's stateDir)")
 	draDir := fl.String("dra-dir", drarecord.DefaultDir, "`DIR` of rdma-netns-dra's records (one per prepared ResourceClaim); absent = DRA not in use")
 	sysfs := fl.String("sysfs", "/sys", "sysfs `ROOT` of the host (for tests)")
+	gpuList := fl.String("gpus", "", "with --pid/--netns: PCI addresses (`BDF,BDF`) of GPUs the pod holds besides those in its processes' /dev, e.g. from a DRA claim")
 	if code, ok := cli.Parse(fl, usage, args, stderr); !ok {
 		return code
+	}
+	gpus, err := ParseGPUs(*gpuList)
+	if err != nil {
+		fmt.Fprintf(stderr, "rdma-netns doctor: --gpus: %v\n", err)
+		return 2
+	}
+	if len(gpus) > 0 && *netnsPath == "" && *pid == 0 {
+		fmt.Fprintln(stderr, "rdma-netns doctor: --gpus goes with --pid or --netns (the pod whose NICs they are judged by)")
+		return 2
 	}
 	if *netnsPath != "" && *pid != 0 {
 		fmt.Fprintln(stderr, "rdma-netns doctor: give --netns or --pid, not both")
@@ -145,9 +161,9 @@ func runOn(args []string, stdout, stderr io.Writer, env *Env) int {
 	var r *Report
 	switch {
 	case *pid != 0:
-		r = CheckPod(env, filepath.Join(env.Proc.Root, strconv.Itoa(*pid), "ns", "net"), *pid)
+		r = CheckPod(env, filepath.Join(env.Proc.Root, strconv.Itoa(*pid), "ns", "net"), *pid, gpus...)
 	case *netnsPath != "":
-		r = CheckPod(env, *netnsPath, 0)
+		r = CheckPod(env, *netnsPath, 0, gpus...)
 	default:
 		r = CheckNode(env)
 	}

@@ -23,13 +23,20 @@ type PodView struct {
 	// RoCE v2 GIDs, ARP settings and routes.
 	Rails     []Rail    `json:"rails"`
 	Processes []Process `json:"processes"`
+	// NICs are its devices' PCI functions with their PCIe root and NUMA
+	// node; GPUs the GPUs its processes can open or --gpus names, each
+	// with the NICs near it.
+	NICs []NIC          `json:"nics"`
+	GPUs []GPUAlignment `json:"gpus"`
 }
 
 // podChecks runs the pod checks for the netns at nsPath, pid, when
-// non-zero, the only process checked: it adds their findings to fs and
-// returns what it saw of the pod.
-func podChecks(e *Env, fs *Findings, nsPath string, pid int) *PodView {
-	p := &PodView{Netns: nsPath, Devices: []Device{}, VerbsNodes: []string{}, Rails: []Rail{}, Processes: []Process{}}
+// non-zero, the only process checked, gpus the PCI addresses of GPUs the
+// pod holds besides those its processes can open: it adds their findings
+// to fs and returns what it saw of the pod.
+func podChecks(e *Env, fs *Findings, nsPath string, pid int, gpus []string) *PodView {
+	p := &PodView{Netns: nsPath, Devices: []Device{}, VerbsNodes: []string{}, Rails: []Rail{}, Processes: []Process{},
+		NICs: []NIC{}, GPUs: []GPUAlignment{}}
 	id, err := e.NetnsOf(nsPath)
 	if err != nil {
 		fs.add(Fail, "netns", nsPath, fmt.Sprintf("cannot open the network namespace: %v", err),
@@ -65,6 +72,7 @@ func podChecks(e *Env, fs *Findings, nsPath string, pid int) *PodView {
 		p.Processes = append(p.Processes, e.Proc.Inspect(pid))
 	}
 	processFindings(fs, p)
+	p.GPUs = alignFindings(fs, podGPUs(e.Proc.Root, e.SysfsRoot, e.Proc, pids, gpus), p.NICs)
 	if pid != 0 {
 		nriPidFindings(fs, e, pid)
 	}
@@ -86,6 +94,9 @@ func podDevices(fs *Findings, e *Env, p *PodView) {
 	if err := e.SysfsIn(p.Netns, func(root string) error {
 		d, err := readDevices(root, e.DevRoot, names)
 		devs = d
+		if err == nil {
+			p.NICs = readNICs(root, d)
+		}
 		return err
 	}); err != nil {
 		fs.add(Warn, "sysfs", p.Netns, fmt.Sprintf("cannot read the details of %s from a sysfs of the netns: %v", strings.Join(names, ", "), err),
@@ -189,6 +200,9 @@ func (p *PodView) sections() []section {
 	}
 	if len(p.Rails) > 0 {
 		s = append(s, railsSection(p.Rails))
+	}
+	if len(p.GPUs) > 0 {
+		s = append(s, alignSection(p.GPUs, p.NICs))
 	}
 	procs := section{heading: "Processes in it", none: "none",
 		header: []string{"PID", "COMMAND", "MEMLOCK (soft)", "CAP_IPC_LOCK", "/dev/shm", "/dev/infiniband"}}

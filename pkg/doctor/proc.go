@@ -112,6 +112,9 @@ type Proc struct {
 	Root string
 	// Statfs measures a file system; nil means statfs(2).
 	Statfs func(path string) (uint64, error)
+	// CharDev gives the major and minor of a character device node
+	// without following a symlink; nil means lstat(2).
+	CharDev func(path string) (major, minor uint32, err error)
 	// Self is the doctor's own pid, left out of scans (0 = none).
 	Self int
 }

@@ -26,10 +26,12 @@ func CheckNode(e *Env) *Report {
 }
 
 // CheckPod runs the pod checks for the netns at nsPath; pid, when non-zero,
-// limits the process checks to that process.
-func CheckPod(e *Env, nsPath string, pid int) *Report {
+// limits the process checks to that process; gpus are PCI addresses of
+// GPUs the pod holds that its processes' /dev does not show (a DRA
+// claim's), judged with those it does.
+func CheckPod(e *Env, nsPath string, pid int, gpus ...string) *Report {
 	r := &Report{}
-	r.Pod = podChecks(e, &r.Findings, nsPath, pid)
+	r.Pod = podChecks(e, &r.Findings, nsPath, pid, gpus)
 	r.finish()
 	return r
 }

@@ -90,7 +90,8 @@ func goldenNode() *Report {
 }
 
 // goldenPod is a pod with two rails on one subnet, one of whose routes
-// leaves by the other's netdev, and a process with what it needs.
+// leaves by the other's netdev, a process with what it needs, and two
+// GPUs of which one has the pod's NICs under its PCIe root.
 func goldenPod() *Report {
 	gid := func(i int) *int { return &i }
 	r := &Report{Pod: &PodView{
@@ -115,6 +116,14 @@ func goldenPod() *Report {
 	r.Findings.add(OK, "memlock", "pid 42 (python)", "holds CAP_IPC_LOCK, so memory registration ignores its memlock limit (unlimited)", "")
 	r.Findings.add(Fail, "rail-route", "rdma_r1 (net2)", "traffic from rail rdma_r1's address 10.0.0.2 leaves by netdev net1, not net2",
 		tryRoute("/run/netns/cni-a", "net2", netip.MustParsePrefix("10.0.0.2/24"), 101))
+	r.Pod.NICs = []NIC{
+		{Device: "rdma_r0", Netdevs: []string{"net1"}, PCIPlace: PCIPlace{PCIAddress: "0000:3b:00.1", PCIeRoot: "pci0000:3a", NUMANode: 0}},
+		{Device: "rdma_r1", Netdevs: []string{"net2"}, PCIPlace: PCIPlace{PCIAddress: "0000:3b:00.3", PCIeRoot: "pci0000:3a", NUMANode: 0}},
+	}
+	r.Pod.GPUs = alignFindings(&r.Findings, []GPU{
+		{PCIPlace: PCIPlace{PCIAddress: "0000:3c:00.0", PCIeRoot: "pci0000:3a", NUMANode: 0}, FoundBy: []string{"/dev/nvidia0"}},
+		{PCIPlace: PCIPlace{PCIAddress: "0000:af:00.0", PCIeRoot: "pci0000:ae", NUMANode: 1}, FoundBy: []string{"--gpus"}},
+	}, r.Pod.NICs)
 	r.finish()
 	return r
 }
