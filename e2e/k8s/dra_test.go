@@ -840,12 +840,12 @@ func draAfterRebootGone(t *testing.T, devs []string) {
 }
 
 // netDiag is what the pod's netns shows of its addresses, neighbours,
-// routes and RDMA devices' GIDs, for a failed traffic run's message.
+// routes and ARP settings, for a failed traffic run's message.
 func netDiag(t *testing.T, pod string) string {
 	t.Helper()
 	netns := mustNetns(t, "default", pod)
 	out, err := exec.Command("nsenter", "--net="+netns, "sh", "-c",
-		`ip -br addr; ip neigh; ip route; for d in /sys/class/infiniband/*; do echo "$d: $(cat $d/ports/1/state)"; for g in 0 1 2 3; do echo " gid $g $(cat $d/ports/1/gids/$g) $(cat $d/ports/1/gid_attrs/ndevs/$g 2>/dev/null) $(cat $d/ports/1/gid_attrs/types/$g 2>/dev/null)"; done; done; cat /proc/sys/net/ipv4/conf/all/arp_ignore /proc/sys/net/ipv4/conf/all/rp_filter`).CombinedOutput()
+		`ip=`+rig.IPTool+`; $ip -br addr; $ip neigh; $ip route; for c in /proc/sys/net/ipv4/conf/net*; do echo "${c##*/} arp_ignore $(cat $c/arp_ignore) arp_announce $(cat $c/arp_announce)"; done`).CombinedOutput()
 	if err != nil {
 		return fmt.Sprintf("%v: %s", err, out)
 	}
