@@ -30,8 +30,6 @@ const (
 	AttrNetdev     resourceapi.QualifiedName = drarecord.DriverName + "/netdev"
 	AttrRdmaDevice resourceapi.QualifiedName = drarecord.DriverName + "/rdmaDevice"
 	AttrLinkLayer  resourceapi.QualifiedName = drarecord.DriverName + "/linkLayer"
-	AttrPortState  resourceapi.QualifiedName = drarecord.DriverName + "/portState"
-	AttrSpeed      resourceapi.QualifiedName = drarecord.DriverName + "/speed"
 	AttrPCIVendor  resourceapi.QualifiedName = drarecord.DriverName + "/pciVendor"
 	AttrPCIDevice  resourceapi.QualifiedName = drarecord.DriverName + "/pciDevice"
 	AttrMultusID   resourceapi.QualifiedName = "k8s.cni.cncf.io/deviceID"
@@ -170,7 +168,11 @@ func (inv *Inventory) Devices() []resourceapi.Device {
 
 // Attributes are the NIC's published attributes; unknown values are left
 // out, not published empty, so a selector on them never matches by
-// accident.
+// accident. Only what stays put while the NIC moves between the host and
+// pods is published: its port state and link speed are not, since a NIC
+// back on the host is down (unknown speed) until its next pod brings it
+// up, and each change would publish the slice again, have the scheduler
+// look at the pool again, and make a selector on them match by timing.
 func Attributes(n nics.NIC) map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
 	a := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{}
 	str := func(name resourceapi.QualifiedName, v string) {
@@ -188,10 +190,6 @@ func Attributes(n nics.NIC) map[resourceapi.QualifiedName]resourceapi.DeviceAttr
 	str(AttrNetdev, n.Netdev)
 	str(AttrRdmaDevice, n.RdmaDevice)
 	str(AttrLinkLayer, n.LinkLayer)
-	str(AttrPortState, n.PortState)
-	if n.SpeedMbps > 0 {
-		a[AttrSpeed] = resourceapi.DeviceAttribute{IntValue: ptr.To(n.SpeedMbps)}
-	}
 	str(AttrPCIVendor, n.PCIVendor)
 	str(AttrPCIDevice, n.PCIDevice)
 	str(AttrMultusID, n.PCIAddress)
