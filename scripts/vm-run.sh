@@ -310,20 +310,29 @@ fi
 
 # Virtio NICs in PCI order. Rename them eth0..ethN-1 in that order so that
 # ethN always pairs with rxeN, whatever order the driver probed them in.
+# The user-mode NIC to the host (vm-run.sh --k8s-api) is no test NIC, but
+# the kernel names NICs in its probe order, not PCI order (with more PCI
+# roots it probes bus 0, slot 0x1f too, before the others' NICs: eth1):
+# it becomes hostnet0 first, or renaming a test NIC to its name fails.
 i=0
 while :; do
   pcis=""
+  hostnet=""
   for d in /sys/class/net/*; do
     [ "$(basename "$(readlink "$d/device/subsystem" 2>/dev/null)")" = virtio ] || continue
-    # The user-mode NIC to the host (vm-run.sh --k8s-api) is no test NIC.
-    [ "$(basename "$(readlink -f "$d/device/..")")" = "${VM_HOSTNET_PCI:-none}" ] && continue
+    if [ "$(basename "$(readlink -f "$d/device/..")")" = "${VM_HOSTNET_PCI:-none}" ]; then
+      hostnet=$(basename "$d"); continue
+    fi
     pcis="$pcis $(basename "$(readlink -f "$d/device/..")") $(basename "$d")"
   done
   n=$(echo $pcis | wc -w); n=$((n / 2))
-  [ "$n" -ge "$VM_NICS" ] && break
-  i=$((i + 1)); [ $i -lt 100 ] || fail "expected $VM_NICS virtio NICs, found $n"
+  [ "$n" -ge "$VM_NICS" ] && { [ -z "${VM_HOSTNET_PCI:-}" ] || [ -n "$hostnet" ]; } && break
+  i=$((i + 1)); [ $i -lt 100 ] || fail "expected $VM_NICS virtio NICs${VM_HOSTNET_PCI:+ and one at $VM_HOSTNET_PCI}, found $n${hostnet:+ and $hostnet}"
   sleep 0.1
 done
+if [ -n "$hostnet" ] && [ "$hostnet" != hostnet0 ]; then
+  $IP link set "$hostnet" name hostnet0 || fail "rename $hostnet (at $VM_HOSTNET_PCI) to hostnet0"
+fi
 set -- $(echo $pcis | xargs -n2 | sort | awk '{ print $2 }')
 k=0; for nd in "$@"; do $IP link set "$nd" name "vmtmp$k" || fail "rename $nd"; k=$((k + 1)); done
 k=0; for nd in "$@"; do $IP link set "vmtmp$k" name "eth$k" || fail "rename vmtmp$k"; k=$((k + 1)); done
@@ -366,16 +375,10 @@ done
 # Back to stock behaviour for devices the tests create themselves.
 echo 0 > $PARAM
 
-# The user-mode NIC (--k8s-api): hostnet0 with QEMU's default guest
-# address; 10.0.2.100 (the API server) is on its link. No default route:
-# with restrict=on nothing else answers anyway.
+# The user-mode NIC (--k8s-api): hostnet0 (renamed above) with QEMU's
+# default guest address; 10.0.2.100 (the API server) is on its link. No
+# default route: with restrict=on nothing else answers anyway.
 if [ -n "${VM_HOSTNET_PCI:-}" ]; then
-  nd=""
-  for d in /sys/class/net/*; do
-    [ "$(basename "$(readlink -f "$d/device/..")")" = "$VM_HOSTNET_PCI" ] && nd=$(basename "$d")
-  done
-  [ -n "$nd" ] || fail "no NIC at $VM_HOSTNET_PCI (--k8s-api)"
-  $IP link set "$nd" name hostnet0 || fail "rename $nd"
   $IP addr add 10.0.2.15/24 dev hostnet0 || fail "address hostnet0"
   $IP link set hostnet0 up || fail "link up hostnet0"
 fi
