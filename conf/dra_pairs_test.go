@@ -80,7 +80,9 @@ func checkPair(gpu string, reqs map[string]*resourcev1.ExactDeviceRequest, const
 	if !slices.Equal(slices.Sorted(slices.Values(c.Requests)), []string{gpu, nic}) {
 		return fmt.Errorf("constraint %d binds %v, want exactly [%s %s]: one GPU and its NIC per root", found[0], c.Requests, gpu, nic)
 	}
-	if r := reqs[nic]; r.DeviceClassName != draDeviceClass || exactCount(r) != 1 {
+	if r := reqs[nic]; r == nil {
+		return fmt.Errorf("request %s is not an exact request: want one NIC of %s", nic, draDeviceClass)
+	} else if r.DeviceClassName != draDeviceClass || exactCount(r) != 1 {
 		return fmt.Errorf("request %s: DeviceClass %s, %d devices; want one NIC of %s", nic, r.DeviceClassName, exactCount(r), draDeviceClass)
 	}
 	return nil
@@ -203,6 +205,10 @@ func TestGPUNICPairs(t *testing.T) {
 		{"constraint names a request not made", func(d *resourcev1.DeviceClaim) {
 			d.Constraints = append(d.Constraints, resourcev1.DeviceConstraint{Requests: []string{"gpu0", "nic9"}, MatchAttribute: &root})
 		}, `names request "nic9"`},
+		{"NIC request with alternatives", func(d *resourcev1.DeviceClaim) {
+			d.Requests[4].FirstAvailable = []resourcev1.DeviceSubRequest{{Name: "a", DeviceClassName: draDeviceClass}}
+			d.Requests[4].Exactly = nil
+		}, "request nic0 is not an exact request"},
 		{"pair's constraint twice", func(d *resourcev1.DeviceClaim) {
 			d.Constraints = append(d.Constraints, d.Constraints[3])
 		}, "request gpu3 is in 2 constraints"},
