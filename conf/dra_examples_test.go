@@ -188,9 +188,22 @@ func (d *draExamples) check() []error {
 	}
 	for _, tpl := range d.templates {
 		for _, r := range tpl.Spec.Spec.Devices.Requests {
-			if r.Exactly == nil || d.classes[r.Exactly.DeviceClassName] == nil {
-				errs = append(errs, fmt.Errorf("ResourceClaimTemplate %s: request %s asks for no DeviceClass of conf/", tpl.Name, r.Name))
+			if r.Exactly == nil {
+				errs = append(errs, fmt.Errorf("ResourceClaimTemplate %s: request %s asks for no DeviceClass", tpl.Name, r.Name))
+				continue
 			}
+			if _, outside := outsideClasses[r.Exactly.DeviceClassName]; d.classes[r.Exactly.DeviceClassName] == nil && !outside {
+				errs = append(errs, fmt.Errorf("ResourceClaimTemplate %s: request %s asks for DeviceClass %s, neither one of conf/ nor one the docs name (%v)",
+					tpl.Name, r.Name, r.Exactly.DeviceClassName, slices.Sorted(maps.Keys(outsideClasses))))
+			}
+		}
+		if err := checkPairs(tpl); err != nil {
+			errs = append(errs, fmt.Errorf("ResourceClaimTemplate %s: %w", tpl.Name, err))
+		}
+	}
+	for _, nad := range d.nads {
+		if err := checkDRATuning(nad); err != nil {
+			errs = append(errs, fmt.Errorf("NetworkAttachmentDefinition %s: %w", nad.Name, err))
 		}
 	}
 	for _, o := range d.pods {
@@ -214,37 +227,66 @@ func checkDeviceClass(c *resourcev1.DeviceClass) error {
 	return nil
 }
 
-// requestCounts are the device requests a pod's claims make, with how
-// many devices each gets (0: All, unknown until allocation).
-func (d *draExamples) requestCounts(pod *corev1.Pod) (map[string]int64, error) {
-	counts := map[string]int64{}
+// podRequests are the device requests a pod's claims make: those for
+// NICs of draDeviceClass with how many devices each gets (0: All,
+// unknown until allocation), and the others with their DeviceClass.
+type podRequests struct {
+	nics   map[string]int64
+	others map[string]string
+	// outside: a request for a class of another driver (GPUs), whose
+	// devices reach a container only when it names the claim.
+	outside map[string][]string // pod claim name -> those requests
+}
+
+func (d *draExamples) requestsOf(pod *corev1.Pod) (podRequests, error) {
+	pr := podRequests{nics: map[string]int64{}, others: map[string]string{}, outside: map[string][]string{}}
 	for _, rc := range pod.Spec.ResourceClaims {
 		if rc.ResourceClaimTemplateName == nil {
 			continue // a claim of its own name: not in conf/
 		}
 		tpl := d.templates[*rc.ResourceClaimTemplateName]
 		if tpl == nil {
-			return nil, fmt.Errorf("resourceClaims %s: no ResourceClaimTemplate %s in conf/", rc.Name, *rc.ResourceClaimTemplateName)
+			return pr, fmt.Errorf("resourceClaims %s: no ResourceClaimTemplate %s in conf/", rc.Name, *rc.ResourceClaimTemplateName)
 		}
 		for _, r := range tpl.Spec.Spec.Devices.Requests {
-			n := int64(1)
-			if r.Exactly != nil && r.Exactly.AllocationMode == resourcev1.DeviceAllocationModeExactCount && r.Exactly.Count > 0 {
-				n = r.Exactly.Count
-			} else if r.Exactly != nil && r.Exactly.AllocationMode == resourcev1.DeviceAllocationModeAll {
-				n = 0
+			if r.Exactly == nil || r.Exactly.DeviceClassName != draDeviceClass {
+				class := ""
+				if r.Exactly != nil {
+					class = r.Exactly.DeviceClassName
+				}
+				pr.others[r.Name] = class
+				if _, ok := outsideClasses[class]; ok {
+					pr.outside[rc.Name] = append(pr.outside[rc.Name], r.Name)
+				}
+				continue
 			}
-			counts[r.Name] += n
+			pr.nics[r.Name] += exactCount(r.Exactly)
 		}
 	}
-	return counts, nil
+	return pr, nil
+}
+
+// exactCount is how many devices a request gets: 0 for All, unknown
+// until allocation.
+func exactCount(r *resourcev1.ExactDeviceRequest) int64 {
+	switch {
+	case r.AllocationMode == resourcev1.DeviceAllocationModeAll:
+		return 0
+	case r.AllocationMode == resourcev1.DeviceAllocationModeExactCount && r.Count > 0:
+		return r.Count
+	}
+	return 1
 }
 
 // checkPod: each of the pod's attachments on a NAD with "dra" names a
 // request the pod's claims make and an index within it, no two take the
 // same NIC, and the addresses it asks for reach the IPAM.
 func (d *draExamples) checkPod(pod *corev1.Pod) error {
-	counts, err := d.requestCounts(pod)
+	reqs, err := d.requestsOf(pod)
 	if err != nil {
+		return err
+	}
+	if err := claimsNamed(pod, reqs); err != nil {
 		return err
 	}
 	var sel []draAttachment
@@ -253,6 +295,7 @@ func (d *draExamples) checkPod(pod *corev1.Pod) error {
 	}
 	taken := map[string]string{}
 	ifaces := map[string]bool{}
+	devNames := map[string]string{}
 	for _, a := range sel {
 		nad := d.nads[a.Name]
 		if nad == nil {
@@ -262,9 +305,15 @@ func (d *draExamples) checkPod(pod *corev1.Pod) error {
 			return fmt.Errorf("network %s: interface %q missing or used twice", a.Name, a.Interface)
 		}
 		ifaces[a.Interface] = true
-		nic, err := pickedNIC(*draOf(nad), a, counts)
+		nic, err := pickedNIC(*draOf(nad), a, reqs)
 		if err != nil {
 			return fmt.Errorf("network %s (%s): %w", a.Name, a.Interface, err)
+		}
+		if name := rdmaDevNameOf(nad); name != "" {
+			if other, ok := devNames[name]; ok {
+				return fmt.Errorf("%s and %s both name their RDMA device %s: the second ADD finds the name taken in the pod", other, a.Interface, name)
+			}
+			devNames[name] = a.Interface
 		}
 		if other, ok := taken[nic]; ok {
 			return fmt.Errorf("%s and %s both take NIC %s", other, a.Interface, nic)
@@ -280,7 +329,8 @@ func (d *draExamples) checkPod(pod *corev1.Pod) error {
 // pickedNIC says which of the pod's NICs an attachment takes: the NAD's
 // request and index, or the pod's draRequest and draIndex where the NAD
 // leaves them unset (a pod may not override the NAD).
-func pickedNIC(dra draNetConf, a draAttachment, counts map[string]int64) (string, error) {
+func pickedNIC(dra draNetConf, a draAttachment, reqs podRequests) (string, error) {
+	counts := reqs.nics
 	request, index := "", -1
 	if dra.Request != nil {
 		request = *dra.Request
@@ -304,6 +354,9 @@ func pickedNIC(dra draNetConf, a draAttachment, counts map[string]int64) (string
 	}
 	if request != "" {
 		n, ok := counts[request]
+		if class, other := reqs.others[request]; other {
+			return "", fmt.Errorf("request %q asks for DeviceClass %s, not for NICs of %s: rdma-netns finds no NIC of it", request, class, draDeviceClass)
+		}
 		if !ok {
 			return "", fmt.Errorf("request %q is not one of the pod's claims' (%v)", request, slices.Sorted(maps.Keys(counts)))
 		}

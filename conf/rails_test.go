@@ -242,8 +242,24 @@ func checkSharedRail(list *libcni.NetworkConfigList, ifName string) error {
 		}
 		return fmt.Errorf("chain order %v: tuning and sbr act on the netdev host-device moved in, and come before rdma-netns", types)
 	}
+	if err := checkARPTuning(list.Plugins[pos["tuning"]].Bytes, ifName); err != nil {
+		return err
+	}
+	var sc sbrConf
+	if err := strictInto(list.Plugins[pos["sbr"]].Bytes, &sc); err != nil {
+		return fmt.Errorf("sbr: %w", err)
+	}
+	if sc.Table != nil {
+		return fmt.Errorf("sbr: table %d: with a table sbr only adds the rule, and moves no route into it; leave it unset for a table per rail", *sc.Table)
+	}
+	return nil
+}
+
+// checkARPTuning: tuning's entry sets arp_ignore 1 and arp_announce 2 on
+// the attachment ifName, and would on whatever name Multus gives it.
+func checkARPTuning(raw []byte, ifName string) error {
 	var tc tuningConf
-	if err := strictInto(list.Plugins[pos["tuning"]].Bytes, &tc); err != nil {
+	if err := strictInto(raw, &tc); err != nil {
 		return fmt.Errorf("tuning: %w", err)
 	}
 	want := map[string]string{
@@ -267,13 +283,6 @@ func checkSharedRail(list *libcni.NetworkConfigList, ifName string) error {
 		if got[f] != v {
 			return fmt.Errorf("tuning: on %s writes %v, want %s = %s", ifName, got, f, v)
 		}
-	}
-	var sc sbrConf
-	if err := strictInto(list.Plugins[pos["sbr"]].Bytes, &sc); err != nil {
-		return fmt.Errorf("sbr: %w", err)
-	}
-	if sc.Table != nil {
-		return fmt.Errorf("sbr: table %d: with a table sbr only adds the rule, and moves no route into it; leave it unset for a table per rail", *sc.Table)
 	}
 	return nil
 }

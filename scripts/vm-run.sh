@@ -8,7 +8,8 @@
 #             [--timeout SECS] [--memory MB] [--cpus N] [--log FILE]
 #             [--k8s-api PORT [--kubelet-port PORT]] [--disk FILE] [--no-rxe]
 #             [--node N] [--link ADDR:PORT:PEER_PORT [--rails N]]
-#             [--arp-defaults] -- CMD [ARGS...]
+#             [--arp-defaults] [--pcie-roots N [--standin-gpus M]]
+#             -- CMD [ARGS...]
 #
 # --k8s-api PORT adds a user-mode NIC on which the guest reaches exactly one
 # address, 10.0.2.100:6443, forwarded to the host's 127.0.0.1:PORT (the e2e
@@ -41,6 +42,16 @@
 # (the guest's pods inherit them) where --link otherwise sets 1/2: for tests
 # that must meet a real node's defaults. See scripts/README.md.
 #
+# --pcie-roots N (2..4) gives the guest N PCI root buses besides bus 0,
+# each on a NUMA node of its own (node k; memory split evenly, CPUs dealt
+# round-robin, a node without one holds memory only), as a multi-socket
+# GPU server has: QEMU pxb expander bridges with bus_nr 16, 32, 48, 64.
+# The test NICs eth1..ethNICS-1 sit on the roots in contiguous blocks in
+# root order (at least one each); eth0 and --k8s-api's NIC stay on bus 0.
+# --standin-gpus M (1..4) puts M stand-in GPUs (pci-testdev functions,
+# which no guest driver binds) on each root, listed in the guest's
+# /run/standin-gpus. VM_PCIE_ROOTS and VM_STANDIN_GPUS in the guest.
+#
 # --cpus N (1..4, default 2) is the guest's virtual CPUs. Two VMs at once
 # on a machine of two cores take one each (vm-pair's callers): with two
 # each, four emulated CPUs share two cores, and a guest CPU spinning for
@@ -72,13 +83,15 @@ NODE_SET=0
 LINK=""
 RAILS=0
 ARP_DEFAULTS=0
+PCIE_ROOTS=0
+STANDIN_GPUS=0
 # What a node keeps across a reboot and the guest keeps on --disk: the
 # runtime's and kubelet's state, the CNI and NRI plugins and their
 # configuration, the CNI state (IPAM, rdma-netns's records) and the logs.
 # /run, /tmp and every network namespace start empty on each boot.
 DISK_DIRS="/var/lib/kubelet /var/lib/containerd /var/lib/cni /var/log /opt/cni/bin /opt/nri /etc/cni /etc/nri"
 
-usage() { sed -n '2,54p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,65p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 log() { printf '[vm-run] %s\n' "$*" >&2; }
 die() { printf '[vm-run] ERROR: %s\n' "$*" >&2; exit 125; }
 
@@ -99,6 +112,8 @@ while [ $# -gt 0 ]; do
     --link) LINK=${2:?}; shift 2 ;;
     --rails) RAILS=${2:?}; shift 2 ;;
     --arp-defaults) ARP_DEFAULTS=1; shift ;;
+    --pcie-roots) PCIE_ROOTS=${2:?}; shift 2 ;;
+    --standin-gpus) STANDIN_GPUS=${2:?}; shift 2 ;;
     --) shift; break ;;
     -h|--help) usage ;;
     *) echo "vm-run.sh: unknown option $1" >&2; usage ;;
@@ -146,6 +161,19 @@ if [ "$RAILS" != 0 ]; then
     done
   done
   unset seen
+fi
+# --pcie-roots: each root carries a block of the test NICs (eth1..), so a
+# root never lacks a NIC for its GPUs. --rails composes with it: a rail is
+# a hub (the NIC's netdev), a root is the NIC's PCI bus, and the blocks keep
+# NIC k as ethk, so rail k stays on ethk.
+if [ "$PCIE_ROOTS" != 0 ]; then
+  [[ "$PCIE_ROOTS" =~ ^[2-4]$ ]] || die "--pcie-roots must be 2..4 (0: bus 0 only), not $PCIE_ROOTS"
+  [ "$((NICS - 1))" -ge "$PCIE_ROOTS" ] ||
+    die "--pcie-roots $PCIE_ROOTS needs at least one test NIC per root besides eth0 (bus 0): --nics $((PCIE_ROOTS + 1)) or more"
+fi
+if [ "$STANDIN_GPUS" != 0 ]; then
+  [ "$PCIE_ROOTS" != 0 ] || die "--standin-gpus needs --pcie-roots: the stand-in GPUs sit behind the roots"
+  [[ "$STANDIN_GPUS" =~ ^[1-4]$ ]] || die "--standin-gpus must be 1..4 per root, not $STANDIN_GPUS"
 fi
 # The link's local ports must be free: link-sockets.pl's bind would fail
 # too, but only after the initramfs is packed, and into the console. All
@@ -198,6 +226,8 @@ fi
   [ -z "$LINK" ] || printf 'VM_LINK=%s\n' "$LINK"
   [ "$RAILS" = 0 ] || printf 'VM_RAILS=%s\n' "$RAILS"
   [ "$ARP_DEFAULTS" = 0 ] || printf 'VM_ARP_DEFAULTS=1\n'
+  [ "$PCIE_ROOTS" = 0 ] || printf 'VM_PCIE_ROOTS=%s\n' "$PCIE_ROOTS"
+  [ "$STANDIN_GPUS" = 0 ] || printf 'VM_STANDIN_GPUS=%s\n' "$STANDIN_GPUS"
 } > "$STAGE/etc/vm.conf"
 printf '%s\n' "$*" > "$STAGE/etc/vm-cmd"
 # A node with a disk boots as a real one: exclusive mode from ib_core's
@@ -310,20 +340,29 @@ fi
 
 # Virtio NICs in PCI order. Rename them eth0..ethN-1 in that order so that
 # ethN always pairs with rxeN, whatever order the driver probed them in.
+# The user-mode NIC to the host (vm-run.sh --k8s-api) is no test NIC, but
+# the kernel names NICs in its probe order, not PCI order (with more PCI
+# roots it probes bus 0, slot 0x1f too, before the others' NICs: eth1):
+# it becomes hostnet0 first, or renaming a test NIC to its name fails.
 i=0
 while :; do
   pcis=""
+  hostnet=""
   for d in /sys/class/net/*; do
     [ "$(basename "$(readlink "$d/device/subsystem" 2>/dev/null)")" = virtio ] || continue
-    # The user-mode NIC to the host (vm-run.sh --k8s-api) is no test NIC.
-    [ "$(basename "$(readlink -f "$d/device/..")")" = "${VM_HOSTNET_PCI:-none}" ] && continue
+    if [ "$(basename "$(readlink -f "$d/device/..")")" = "${VM_HOSTNET_PCI:-none}" ]; then
+      hostnet=$(basename "$d"); continue
+    fi
     pcis="$pcis $(basename "$(readlink -f "$d/device/..")") $(basename "$d")"
   done
   n=$(echo $pcis | wc -w); n=$((n / 2))
-  [ "$n" -ge "$VM_NICS" ] && break
-  i=$((i + 1)); [ $i -lt 100 ] || fail "expected $VM_NICS virtio NICs, found $n"
+  [ "$n" -ge "$VM_NICS" ] && { [ -z "${VM_HOSTNET_PCI:-}" ] || [ -n "$hostnet" ]; } && break
+  i=$((i + 1)); [ $i -lt 100 ] || fail "expected $VM_NICS virtio NICs${VM_HOSTNET_PCI:+ and one at $VM_HOSTNET_PCI}, found $n${hostnet:+ and $hostnet}"
   sleep 0.1
 done
+if [ -n "$hostnet" ] && [ "$hostnet" != hostnet0 ]; then
+  $IP link set "$hostnet" name hostnet0 || fail "rename $hostnet (at $VM_HOSTNET_PCI) to hostnet0"
+fi
 set -- $(echo $pcis | xargs -n2 | sort | awk '{ print $2 }')
 k=0; for nd in "$@"; do $IP link set "$nd" name "vmtmp$k" || fail "rename $nd"; k=$((k + 1)); done
 k=0; for nd in "$@"; do $IP link set "vmtmp$k" name "eth$k" || fail "rename vmtmp$k"; k=$((k + 1)); done
@@ -366,16 +405,24 @@ done
 # Back to stock behaviour for devices the tests create themselves.
 echo 0 > $PARAM
 
-# The user-mode NIC (--k8s-api): hostnet0 with QEMU's default guest
-# address; 10.0.2.100 (the API server) is on its link. No default route:
-# with restrict=on nothing else answers anyway.
-if [ -n "${VM_HOSTNET_PCI:-}" ]; then
-  nd=""
-  for d in /sys/class/net/*; do
-    [ "$(basename "$(readlink -f "$d/device/..")")" = "$VM_HOSTNET_PCI" ] && nd=$(basename "$d")
+# --standin-gpus: the pci-testdev functions (1b36:0005) stand for GPUs, one
+# line each: PCI address, PCI root (sysfs), NUMA node.
+if [ -n "${VM_STANDIN_GPUS:-}" ]; then
+  : > /run/standin-gpus
+  for d in /sys/bus/pci/devices/*; do
+    [ "$(cat "$d/vendor"):$(cat "$d/device")" = 0x1b36:0x0005 ] || continue
+    root=$(readlink -f "$d" | cut -d/ -f4)
+    echo "$(basename "$d") $root $(cat "$d/numa_node")" >> /run/standin-gpus
   done
-  [ -n "$nd" ] || fail "no NIC at $VM_HOSTNET_PCI (--k8s-api)"
-  $IP link set "$nd" name hostnet0 || fail "rename $nd"
+  n=$(wc -l < /run/standin-gpus)
+  [ "$n" -eq $((VM_PCIE_ROOTS * VM_STANDIN_GPUS)) ] ||
+    fail "expected $((VM_PCIE_ROOTS * VM_STANDIN_GPUS)) stand-in GPUs, found $n: $(cat /run/standin-gpus)"
+fi
+
+# The user-mode NIC (--k8s-api): hostnet0 (renamed above) with QEMU's
+# default guest address; 10.0.2.100 (the API server) is on its link. No
+# default route: with restrict=on nothing else answers anyway.
+if [ -n "${VM_HOSTNET_PCI:-}" ]; then
   $IP addr add 10.0.2.15/24 dev hostnet0 || fail "address hostnet0"
   $IP link set hostnet0 up || fail "link up hostnet0"
 fi
@@ -401,6 +448,48 @@ cat "$VM_BASE_CPIO" "$VM_CRI_CPIO" "$WORK/run.cpio" > "$WORK/initrd"
 # one --link never share one.
 mac() { printf '52:54:00:12:%02x:%02x' $((0x33 + NODE)) $((0x56 + $1)); }
 
+# NIC i's place: slot 3+i on bus 0, or with --pcie-roots (i >= 1) slot
+# 1, 2, ... of its root's bus, the roots taking eth1.. in contiguous blocks
+# (the first NICS-1 mod N roots one more), so that /init's naming in PCI
+# order gives eth1.. in root order.
+nic_addr() {
+  local i=$1 per extra r j n
+  if [ "$PCIE_ROOTS" = 0 ] || [ "$i" = 0 ]; then
+    printf '%saddr=0x%x' "$BUS0" $((3 + i)); return
+  fi
+  per=$(((NICS - 1) / PCIE_ROOTS)) extra=$(((NICS - 1) % PCIE_ROOTS)) j=$((i - 1))
+  for ((r = 0; r < PCIE_ROOTS; r++)); do
+    n=$((per + (r < extra ? 1 : 0)))
+    [ "$j" -lt "$n" ] && break
+    j=$((j - n))
+  done
+  printf 'bus=pxb%d,addr=0x%x' "$r" $((1 + j))
+}
+
+# --pcie-roots: root k is pxb k at slot 4+k of bus 0 (eth0 keeps slot 3),
+# bus_nr 16(k+1), on NUMA node k. QEMU rejects a pxb whose numa_node has no
+# -numa node. A pxb (not pxb-pcie: this is i440fx) puts a PCI bridge on its
+# root bus, and bus=pxbk means that bridge's secondary bus: the guest sees
+# pci0000:10/0000:10:00.0/0000:11:SS.0. The stand-in GPUs take the slots
+# from 0x1c, clear of the NICs' (at most 27 per root). Memory is split
+# evenly (the last node takes the remainder); CPUs go round-robin, and a
+# node left without one holds memory only, which QEMU 7.2 accepts.
+pcie_roots() {
+  local k c g size cpus
+  size=$((MEMORY / PCIE_ROOTS))
+  for ((k = 0; k < PCIE_ROOTS; k++)); do
+    [ "$k" != $((PCIE_ROOTS - 1)) ] || size=$((MEMORY - size * k))
+    cpus=""
+    for ((c = k; c < CPUS; c += PCIE_ROOTS)); do cpus+=",cpus=$c"; done
+    NUMA_ARGS+=(-object "memory-backend-ram,size=${size}M,id=mem$k"
+                -numa "node,nodeid=$k$cpus,memdev=mem$k")
+    NIC_ARGS+=(-device "pxb,id=pxb$k,bus=pci.0,addr=$(printf '0x%x' $((4 + k))),bus_nr=$((16 * (k + 1))),numa_node=$k")
+    for ((g = 0; g < STANDIN_GPUS; g++)); do
+      NIC_ARGS+=(-device "pci-testdev,id=gpu$k.$g,bus=pxb$k,addr=$(printf '0x%x' $((0x1c + g)))")
+    done
+  done
+}
+
 # NICs at fixed PCI slots starting at 3 (slots 0-1 are the i440fx host/ISA
 # bridges; 2 is left free), so names derived from PCI addresses are stable:
 # with 9 NICs the last one is 0000:00:0b.0 -> rocep0s11. All NICs sit on one
@@ -408,11 +497,18 @@ mac() { printf '52:54:00:12:%02x:%02x' $((0x33 + NODE)) $((0x56 + $1)); }
 # With --rails N, NIC k (1..N) sits on hub k instead, alone with its rail's
 # link below. romfile= skips the iPXE option ROM we never boot from.
 NIC_ARGS=()
+NUMA_ARGS=()
+# With pxbs, a device given no bus lands on a pxb's root bus, which takes
+# bridges only (QEMU: "Only PCI/PCIe bridges can be plugged into pxb"):
+# bus 0's devices then name it.
+BUS0=""
+[ "$PCIE_ROOTS" = 0 ] || BUS0="bus=pci.0,"
+[ "$PCIE_ROOTS" = 0 ] || pcie_roots
 for ((i = 0; i < NICS; i++)); do
   hub=0
   [ "$i" -lt 1 ] || [ "$i" -gt "$RAILS" ] || hub=$i
   NIC_ARGS+=(-netdev "hubport,hubid=$hub,id=n$i"
-             -device "virtio-net-pci,netdev=n$i,mac=$(mac "$i"),addr=$(printf '0x%x' $((3 + i))),romfile=")
+             -device "virtio-net-pci,netdev=n$i,mac=$(mac "$i"),$(nic_addr "$i"),romfile=")
 done
 
 # --link: the hub's one port to the outside, a UDP socket to the peer VM's
@@ -457,6 +553,10 @@ if [ -n "$LINK" ]; then
   LINK_WRAP=("$SCRIPTS_DIR/link-sockets.pl" --rmem "$LINK_RMEM" "${LINK_WRAP[@]}" --)
 fi
 [ "$ARP_DEFAULTS" = 0 ] || LAYOUT+=", ARP at the kernel's defaults"
+if [ "$PCIE_ROOTS" != 0 ]; then
+  LAYOUT+=", $PCIE_ROOTS PCI roots on NUMA nodes 0-$((PCIE_ROOTS - 1))"
+  [ "$STANDIN_GPUS" = 0 ] || LAYOUT+=" ($STANDIN_GPUS stand-in GPUs each)"
+fi
 
 # --k8s-api: QEMU user-mode networking restricted to explicit forwards;
 # each node's kubelet port from an address of its own (the cluster names
@@ -467,13 +567,13 @@ if [ -n "$K8S_API" ]; then
   printf '#!/bin/sh\nexec socat - TCP:127.0.0.1:%s\n' "$K8S_API" > "$WORK/apiserver-fwd"
   chmod 0755 "$WORK/apiserver-fwd"
   NIC_ARGS+=(-netdev "user,id=hostnet,restrict=on,guestfwd=tcp:10.0.2.100:6443-cmd:$WORK/apiserver-fwd,hostfwd=tcp:127.0.0.$NODE:$KUBELET_PORT-:$KUBELET_PORT"
-             -device "virtio-net-pci,netdev=hostnet,mac=$(mac "$NICS"),addr=0x1f,romfile=")
+             -device "virtio-net-pci,netdev=hostnet,mac=$(mac "$NICS"),${BUS0}addr=0x1f,romfile=")
 fi
 
 # --disk: a virtio disk in the free PCI slot 2 (the guest's /dev/vda).
 if [ -n "$DISK" ]; then
   NIC_ARGS+=(-drive "file=$DISK,format=raw,if=none,id=disk0"
-             -device "virtio-blk-pci,drive=disk0,addr=0x2")
+             -device "virtio-blk-pci,drive=disk0,${BUS0}addr=0x2")
 fi
 
 LOG="$WORK/console.log"
@@ -484,7 +584,7 @@ set +e
 # turns a guest panic into a prompt qemu exit instead of a hang until timeout;
 # oops=panic does the same for oopses. \r is stripped from the serial console.
 timeout -k 10 "$TIMEOUT" ${LINK_WRAP[@]+"${LINK_WRAP[@]}"} qemu-system-x86_64 \
-  -accel tcg -machine pc -smp "$CPUS" -m "$MEMORY" \
+  -accel tcg -machine pc -smp "$CPUS" -m "$MEMORY" ${NUMA_ARGS[@]+"${NUMA_ARGS[@]}"} \
   -nodefaults -no-user-config -display none -monitor none -serial stdio -no-reboot \
   -kernel "$VM_KERNEL" -initrd "$WORK/initrd" \
   -append "console=ttyS0 loglevel=3 panic=-1 oops=panic mitigations=off" \
