@@ -559,9 +559,11 @@ func (d *draRig) restarts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The restarted driver's first publication.
-	time.Sleep(10 * time.Second)
-	d.sliceUnchanged(t, "the driver restarted under dra-c")
+	// The slice as it was: the restarted driver publishes dra-c's NICs,
+	// which the host no longer shows, from its inventory on disk.
+	since := time.Now()
+	d.waitSliceUnchanged(t)
+	t.Logf("the driver restarted: its slice as before %s after its new pod was Ready", time.Since(since).Round(time.Second))
 	if cpu, err := cluster.CPUTime(kubelet.Pid()); err == nil {
 		stoppedKubeletCPU += cpu
 	}
@@ -572,7 +574,12 @@ func (d *draRig) restarts(t *testing.T) {
 	if err := waitNode(4*time.Minute, true); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(10 * time.Second)
+	// kubelet removes the node's slices when it starts, until each driver
+	// has registered again; the driver's slice controller then puts the
+	// pool back.
+	since = time.Now()
+	d.waitSliceUnchanged(t)
+	t.Logf("kubelet restarted: the driver's slice as before %s after the node was Ready", time.Since(since).Round(time.Second))
 	if now := sandboxOf(t, "default", "dra-c").Id; now != sb {
 		t.Errorf("dra-c's sandbox is %s after the restarts, was %s", now, sb)
 	}
@@ -587,7 +594,6 @@ func (d *draRig) restarts(t *testing.T) {
 		t.Errorf("dra-c holds %s after the restarts, held %s", nicsText(after), nicsText(before))
 	}
 	d.recordsOf(t, "dra-c", 1)
-	d.sliceUnchanged(t, "kubelet restarted under dra-c")
 }
 
 // rdma-netns, the attach, absent from the node (its binary moved away):
