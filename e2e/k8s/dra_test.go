@@ -691,17 +691,15 @@ func (d *draRig) waitSliceUnchanged(t *testing.T) map[string]map[resourceapi.Qua
 // no claim record left on the node, the slice as it was.
 func (d *draRig) allHome(t *testing.T) {
 	deletePod(t, "default", "dra-c", metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
-	for _, n := range d.nics {
-		waitHome(t, n.RDMA)
-	}
-	netdevs, err := rig.NetdevsIn("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range d.nics {
-		if !slices.Contains(netdevs, n.Netdev) {
-			t.Errorf("netdev %s not home: the node has %v", n.Netdev, netdevs)
-		}
+	// The API server forgets a pod before kubelet has torn its sandbox
+	// down: the NICs come home with the CNI DEL, RDMA device first.
+	var away []string
+	if err := cririg.Wait(time.Minute, nicSpan(d.nics)+" and their RDMA devices home", func() (bool, error) {
+		var err error
+		away, err = rig.Missing(d.nics)
+		return len(away) == 0 && err == nil, err
+	}); err != nil {
+		t.Fatalf("%v; still away: %v", err, away)
 	}
 	if err := cririg.Wait(time.Minute, "no DRA claim record on the node", func() (bool, error) {
 		claims, _, err := drarecord.Dir(draRecordDir).List()
