@@ -367,3 +367,29 @@ func TestDRAPassesPodIPs(t *testing.T) {
 		wantConf(t, d.calls[1].conf, `{"cniVersion":"1.1.0","name":"rdma-net","type":"host-device","device":"net1",`+staticIPAM+rc+`}`)
 	}
 }
+
+// A dra network renames the claimed NIC's RDMA device in the pod and sets
+// its RoCE type of service as any network does (the normal ADD runs on
+// the NIC host-device took): rdma_r0 in the pod, ToS 106; DEL gives it
+// back under its host name with the ToS cleared.
+func TestDRARenameAndToS(t *testing.T) {
+	e, p, _, dir := draEnv(t)
+	conf := e.draConf(p, map[string]any{"request": "nics", "index": 1, "recordDir": dir},
+		map[string]any{"rdmaDevName": "rdma_r0", "rdmaQoS": map[string]any{"tos": 106}})
+	if _, err := e.add(p, conf, podArgs(draPod)); err != nil {
+		t.Fatalf("ADD: %v\nlog:\n%s", err, e.log)
+	}
+	e.wantWhere("rdma_r0", p.path())
+	if s, ok := e.kernel.qos["rdma_r0"]; !ok || s.ToS == nil || *s.ToS != 106 {
+		t.Fatalf("RoCE ToS of rdma_r0: %+v (set %v), want 106", s, ok)
+	}
+	if err := e.del(p, conf); err != nil {
+		t.Fatalf("DEL: %v", err)
+	}
+	e.wantWhere("rxe2", "host")
+	for _, dev := range []string{"rxe2", "rdma_r0"} {
+		if _, ok := e.kernel.qos[dev]; ok {
+			t.Errorf("%s's ToS left set after DEL", dev)
+		}
+	}
+}
