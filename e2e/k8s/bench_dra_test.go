@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	"github.com/rdma-netns/rdma-netns/e2e/cri/cririg"
 	"github.com/rdma-netns/rdma-netns/e2e/internal/rig"
 	"github.com/rdma-netns/rdma-netns/e2e/k8s/deviceplugin"
 )
@@ -126,7 +127,7 @@ func benchTemplate(t *testing.T, n int) {
 
 // benchDRAPod starts a pod holding n NICs the way by says, checks that it
 // holds n RDMA devices of the bench's NICs, deletes it and returns both
-// times.
+// times; a claim's delete lasts until its claim is gone.
 func (d *draRig) benchDRAPod(t *testing.T, name, by string, n int) podTimes {
 	t.Helper()
 	var pod *corev1.Pod
@@ -154,5 +155,21 @@ func (d *draRig) benchDRAPod(t *testing.T, name, by string, n int) podTimes {
 	if held != n || len(in) != n {
 		t.Fatalf("pod %s (%s): RDMA devices %v in its netns, want %d of %s", name, by, in, n, nicSpan(d.nics))
 	}
-	return podTimes{start: start, stop: stopBenchPod(t, name, d.nics)}
+	if by != benchByClaim {
+		return podTimes{start: start, stop: stopBenchPod(t, name, d.nics)}
+	}
+	// A claim's NICs are free for the next pod once its claim is gone (the
+	// resourceclaim controller deletes it after the pod): until then the
+	// scheduler cannot place a pod asking them. The delete's time runs to
+	// that point too.
+	claim, _ := d.claimNICs(t, name)
+	deleted := time.Now()
+	stopBenchPod(t, name, d.nics)
+	if err := cririg.Wait(2*time.Minute, "claim "+claim+" deleted", func() (bool, error) {
+		_, err := cs.ResourceV1().ResourceClaims("default").Get(ctx(t), claim, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return podTimes{start: start, stop: time.Since(deleted)}
 }
