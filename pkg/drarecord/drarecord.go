@@ -150,7 +150,18 @@ func (d Dir) Write(c *Claim) error {
 	if err := os.MkdirAll(d.path(), dirPerm); err != nil {
 		return fmt.Errorf("creating DRA record directory: %w", err)
 	}
-	tmp, err := os.CreateTemp(d.path(), tmpMark+c.ClaimUID+"-")
+	if err := ReplaceFile(d.file(c.ClaimUID), data, filePerm); err != nil {
+		return err
+	}
+	return syncDir(d.path())
+}
+
+// ReplaceFile writes data to path through a synced temporary file of the
+// same directory renamed over it, so a reader sees the old content or the
+// new, never a part; its directory must exist. The temporary file's name
+// starts with ".tmp-", which List skips.
+func ReplaceFile(path string, data []byte, perm os.FileMode) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), tmpMark+filepath.Base(path)+"-")
 	if err != nil {
 		return err
 	}
@@ -159,7 +170,7 @@ func (d Dir) Write(c *Claim) error {
 		tmp.Close()
 		return err
 	}
-	if err := tmp.Chmod(filePerm); err != nil {
+	if err := tmp.Chmod(perm); err != nil {
 		tmp.Close()
 		return err
 	}
@@ -170,10 +181,7 @@ func (d Dir) Write(c *Claim) error {
 	if err := tmp.Close(); err != nil {
 		return err
 	}
-	if err := os.Rename(tmp.Name(), d.file(c.ClaimUID)); err != nil {
-		return err
-	}
-	return syncDir(d.path())
+	return os.Rename(tmp.Name(), path)
 }
 
 func syncDir(dir string) error {

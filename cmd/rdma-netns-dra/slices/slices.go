@@ -101,27 +101,7 @@ func (s Store) Save(m map[string]nics.NIC) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("creating the inventory directory: %w", err)
 	}
-	tmp, err := os.CreateTemp(dir, ".tmp-inventory-")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Chmod(inventoryPerm); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), s.path())
+	return drarecord.ReplaceFile(s.path(), b, inventoryPerm)
 }
 
 // Merge combines a scan with the last-seen NICs and the claims' records:
