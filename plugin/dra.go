@@ -43,8 +43,10 @@ func (execDelegate) Del(ctx context.Context, plugin string, conf []byte) error {
 // delegateConf is the configuration rdma-netns gives host-device in dra
 // mode: only what names the NIC and its addresses. Of the runtime's
 // settings only the pod's addresses (the "ips" capability, for static
-// IPAM) are passed on: a runtimeConfig.deviceID would override the
-// claim's NIC in host-device.
+// IPAM) are passed on, and only to ADD (pci set): a runtimeConfig.deviceID
+// would override the claim's NIC in host-device, and no IPAM needs the
+// pod's addresses to release them, while one that parses them (host-local)
+// would fail DEL on what the pod wrote.
 type delegateConf struct {
 	CNIVersion    string          `json:"cniVersion"`
 	Name          string          `json:"name"`
@@ -65,7 +67,7 @@ func (c *call) delegateConf(pci, device string) []byte {
 		CNIVersion: c.conf.CNIVersion, Name: c.conf.Name, Type: hostDevice,
 		PCIBusID: pci, Device: device, IPAM: c.conf.IPAM,
 	}
-	if ips := c.conf.RuntimeConfig.IPs; len(ips) > 0 && c.conf.Capabilities["ips"] {
+	if ips := c.conf.RuntimeConfig.IPs; pci != "" && len(ips) > 0 && c.conf.Capabilities["ips"] {
 		d.Capabilities = map[string]bool{"ips": true}
 		d.RuntimeConfig = &delegateRC{IPs: ips}
 	}

@@ -343,8 +343,9 @@ func TestDRADelAlreadyDone(t *testing.T) {
 }
 
 // The pod's addresses (Multus's runtimeConfig.ips, for a network that
-// declares the "ips" capability) reach host-device's static IPAM on ADD
-// and DEL; without the capability they are not passed.
+// declares the "ips" capability) reach host-device's static IPAM on ADD;
+// without the capability they are not passed, and never to DEL, which
+// must not fail on what the pod wrote.
 func TestDRAPassesPodIPs(t *testing.T) {
 	for _, declared := range []bool{true, false} {
 		e, p, d, dir := draEnv(t)
@@ -364,7 +365,23 @@ func TestDRAPassesPodIPs(t *testing.T) {
 			rc = ""
 		}
 		wantConf(t, d.calls[0].conf, `{"cniVersion":"1.1.0","name":"rdma-net","type":"host-device","pciBusID":"0000:00:05.0",`+staticIPAM+rc+`}`)
-		wantConf(t, d.calls[1].conf, `{"cniVersion":"1.1.0","name":"rdma-net","type":"host-device","device":"net1",`+staticIPAM+rc+`}`)
+		wantConf(t, d.calls[1].conf, `{"cniVersion":"1.1.0","name":"rdma-net","type":"host-device","device":"net1",`+staticIPAM+`}`)
+	}
+}
+
+// A pod's ips of any shape (here not even a list) never reach DEL: the
+// attachment comes apart whatever the pod wrote.
+func TestDRADelIgnoresPodIPs(t *testing.T) {
+	e, p, d, dir := draEnv(t)
+	conf := e.draConf(p, map[string]any{"request": "nics", "index": 1, "recordDir": dir},
+		map[string]any{"capabilities": map[string]any{"ips": true}, "runtimeConfig": map[string]any{"ips": map[string]any{"x": strings.Repeat("<", 1000)}}})
+	if err := e.del(p, conf); err != nil {
+		t.Fatalf("DEL: %v", err)
+	}
+	for _, c := range d.calls {
+		if _, ok := c.conf["runtimeConfig"]; ok {
+			t.Errorf("%s %s was given the pod's runtimeConfig: %v", c.plugin, c.verb, c.conf["runtimeConfig"])
+		}
 	}
 }
 
