@@ -168,16 +168,20 @@ k8s-payload: payload
 	$(GO) -C e2e/k8s build -o $(abspath $(OUT))/rdma-netns-k8s-cluster ./cmd/rdma-netns-k8s-cluster
 
 ## K8S_TESTS narrows the first boot's tests (a -test.run pattern without
-## "$" or quotes; empty: all), K8S_NORDMA= skips the node without RDMA.
+## "$" or quotes; empty: all), K8S_NORDMA= skips the node without RDMA,
+## K8S_PAIRS= the node with two PCIe roots and stand-in GPUs (TestDRAPairs:
+## eth1..eth4 under one root, eth5..eth7 under the other, two GPUs each).
 K8S_TESTS  =
 K8S_NORDMA = 1
+K8S_PAIRS  = 1
 e2e-k8s: k8s-payload
 	@set -e; $(K8S_ENV); \
 	$(if $(K8S_PREBUILD_OLDEST),$(OLDEST_PREBUILD);) \
 	rm -f $(K8S_DISK); truncate -s 4G $(K8S_DISK); mkfs.ext4 -q -F $(K8S_DISK); \
 	$(K8S_CLUSTER) sh -c '$(K8S_VM) --timeout $(K8S_FIRST_BOOT_TIMEOUT) --disk $(K8S_DISK) -- "k8s.test $(E2E_FLAGS)$(if $(K8S_TESTS), -test.run '\''$(K8S_TESTS)'\'')" && \
 	  $(K8S_VM) --disk $(K8S_DISK) -- "k8s.test -k8s.boot reboot $(E2E_FLAGS) -test.run ^TestReboot$$"'; \
-	$(if $(K8S_NORDMA),$(K8S_CLUSTER) $(K8S_VM) --nics 3 --no-rxe -- 'k8s.test $(E2E_FLAGS) -test.run ^TestNoRDMA$$')
+	$(if $(K8S_NORDMA),$(K8S_CLUSTER) $(K8S_VM) --nics 3 --no-rxe -- 'k8s.test $(E2E_FLAGS) -test.run ^TestNoRDMA$$';) \
+	$(if $(K8S_PAIRS),$(K8S_CLUSTER) $(K8S_VM) --nics 8 --pcie-roots 2 --standin-gpus 2 -- 'k8s.test $(E2E_FLAGS) -test.run ^TestDRAPairs$$')
 
 ## e2e-k8s-nodes: the cluster with two nodes, two VMs on one Ethernet
 ## link (scripts/vm-pair.sh; UDP ports K8S_LINK_PORT and the next on
@@ -241,7 +245,7 @@ K8S_PAIR = set -e; $(K8S_ENV); \
 ## start (TestReboot).
 K8S_OLDEST_TESTS = ^(TestHelm|TestInstall|TestContainerdRestart|TestNodeVersions|TestNRIPluginInterface|TestRuntimeClassPod|TestReboot)/^InstallDefaults
 OLDEST = OUT=$(OUT)/oldest KUBERNETES_VERSION=$(KUBERNETES_OLDEST_VERSION) CONTAINERD_VERSION=$(CONTAINERD_OLDEST_VERSION)
-OLDEST_STAGE = e2e-k8s $(OLDEST) K8S_TESTS='$(K8S_OLDEST_TESTS)' K8S_NORDMA= K8S_PREBUILD_OLDEST=
+OLDEST_STAGE = e2e-k8s $(OLDEST) K8S_TESTS='$(K8S_OLDEST_TESTS)' K8S_NORDMA= K8S_PAIRS= K8S_PREBUILD_OLDEST=
 e2e-k8s-oldest:
 	@$(OLDEST_WAIT); \
 	[ ! -s $(OLDEST_PREBUILD_LOG) ] || tail -n 1 $(OLDEST_PREBUILD_LOG); \

@@ -390,7 +390,7 @@ func waitPending(t *testing.T, pod string, settle time.Duration) string {
 		if p.Spec.NodeName != "" || p.Status.Phase != corev1.PodPending {
 			t.Fatalf("pod %s placed on %q, phase %s, while it should wait", pod, p.Spec.NodeName, p.Status.Phase)
 		}
-		if n := sandboxesOf(t, pod); n != 0 {
+		if n := sandboxesOfUID(t, string(p.UID)); n != 0 {
 			t.Fatalf("pod %s: %d sandboxes while it waits", pod, n)
 		}
 		time.Sleep(2 * time.Second)

@@ -58,6 +58,19 @@ func sandboxesOf(t *testing.T, name string) int {
 	return len(resp.Items)
 }
 
+// sandboxesOfUID counts the CRI sandboxes (any state) of one pod object:
+// a pod of the same name deleted before may still have its dead sandbox.
+func sandboxesOfUID(t *testing.T, uid string) int {
+	t.Helper()
+	resp, err := ctd.Runtime.ListPodSandbox(ctx(t), &runtimeapi.ListPodSandboxRequest{Filter: &runtimeapi.PodSandboxFilter{
+		LabelSelector: map[string]string{"io.kubernetes.pod.uid": uid},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(resp.Items)
+}
+
 // A forced delete (kubectl delete --grace-period=0 --force) removes the
 // pod from the API at once; kubelet then tears the sandbox down, the
 // device comes back, and no record is left once the sandbox is gone.
