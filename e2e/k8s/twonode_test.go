@@ -498,7 +498,10 @@ var renamedRail = rail{network: twoNodeNetwork, nic: twoNodeNIC, dev: twoNodeDev
 // rail-optimized (overlays/nad-rails: a subnet and a link each) and two
 // sharing a subnet and the segment, whose NADs chain tuning and sbr
 // (overlays/nad-rails-shared); otherwise the one rail of
-// overlays/nad-renamed, on eth1.
+// overlays/nad-renamed, on eth1. On the rails' layout the job's first
+// start takes its rails by claim (claimRails); its rerun after node 2's
+// reboot takes these, so conf/nad-rails.yaml and
+// nad-rails-shared-subnet.yaml keep running in make test.
 func jobRails(t *testing.T) []rail {
 	t.Helper()
 	if !railsLayout() {
