@@ -200,6 +200,11 @@ func (d *draExamples) check() []error {
 		if err := checkPairs(tpl); err != nil {
 			errs = append(errs, fmt.Errorf("ResourceClaimTemplate %s: %w", tpl.Name, err))
 		}
+		if hasNetdevSelector(tpl) {
+			if _, err := railSelectors(tpl); err != nil {
+				errs = append(errs, fmt.Errorf("ResourceClaimTemplate %s: %w", tpl.Name, err))
+			}
+		}
 	}
 	for _, nad := range d.nads {
 		if err := checkDRATuning(nad); err != nil {

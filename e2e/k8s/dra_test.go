@@ -3,6 +3,7 @@
 package k8s
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -109,6 +110,15 @@ func (d *draRig) enable() {
 	for i, n := range d.nics {
 		pcis[i] = n.PCI
 	}
+	applyChartDRA(t, pcis)
+	d.waitDSContainers(true)
+}
+
+// applyChartDRA applies the chart with dra.enabled over the installed
+// DaemonSet, the driver offering the NICs of PCI addresses pcis on every
+// node; it does not wait for the DaemonSet's pods.
+func applyChartDRA(t *testing.T, pcis []string) {
+	t.Helper()
 	sv, err := cs.Discovery().ServerVersion()
 	if err != nil {
 		t.Fatal(err)
@@ -127,27 +137,39 @@ func (d *draRig) enable() {
 	if err := apply(ctx(t), out); err != nil {
 		t.Fatalf("apply the chart with dra.enabled: %v", err)
 	}
-	d.waitDSContainers(true)
 }
 
 // waitDSContainers waits for the DaemonSet's pod to be Ready with (or
 // without) its dra container.
 func (d *draRig) waitDSContainers(dra bool) *corev1.Pod {
-	t := d.t
+	d.t.Helper()
+	return waitDSContainersOn(d.t, dra, node.Name)[node.Name]
+}
+
+// waitDSContainersOn waits for the DaemonSet's pods of the nodes named to
+// be Ready with (or without) their dra container, and returns them by
+// node name.
+func waitDSContainersOn(t *testing.T, dra bool, nodeNames ...string) map[string]*corev1.Pod {
 	t.Helper()
-	var p *corev1.Pod
-	err := cririg.Wait(6*time.Minute, fmt.Sprintf("the DaemonSet's pod Ready, dra container %v", dra), func() (bool, error) {
+	var pods map[string]*corev1.Pod
+	err := cririg.Wait(6*time.Minute, fmt.Sprintf("the DaemonSet's pods on %v Ready, dra container %v", nodeNames, dra), func() (bool, error) {
 		var err error
-		p, err = waitDaemonSetPod(ctx(t), imageRepo+":"+newTag)
+		pods, err = waitDaemonSetPods(ctx(t), imageRepo+":"+newTag)
 		if err != nil {
 			return false, err
 		}
-		return containersOf(p)["dra"] == dra && p.DeletionTimestamp == nil, nil
+		for _, n := range nodeNames {
+			p := pods[n]
+			if p == nil || containersOf(p)["dra"] != dra || p.DeletionTimestamp != nil {
+				return false, nil
+			}
+		}
+		return true, nil
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return p
+	return pods
 }
 
 // cleanup deletes the test's pods, puts conf/daemonset.yaml back as the
@@ -189,15 +211,33 @@ func (d *draRig) applyOneNICTemplate() {
 
 // sliceDevices is what the driver publishes for this node.
 func (d *draRig) sliceDevices() (map[string]map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, error) {
-	list, err := cs.ResourceV1().ResourceSlices().List(ctx(d.t), metav1.ListOptions{FieldSelector: "spec.driver=" + draDriver})
+	return sliceDevicesOf(ctx(d.t), node.Name)
+}
+
+// nodeSlices are the driver's ResourceSlices of the node named nodeName.
+func nodeSlices(c context.Context, nodeName string) ([]resourceapi.ResourceSlice, error) {
+	list, err := cs.ResourceV1().ResourceSlices().List(c, metav1.ListOptions{FieldSelector: "spec.driver=" + draDriver})
+	if err != nil {
+		return nil, err
+	}
+	var out []resourceapi.ResourceSlice
+	for _, s := range list.Items {
+		if s.Spec.NodeName != nil && *s.Spec.NodeName == nodeName {
+			out = append(out, s)
+		}
+	}
+	return out, nil
+}
+
+// sliceDevicesOf is what the driver publishes for the node named
+// nodeName: device name -> attributes.
+func sliceDevicesOf(c context.Context, nodeName string) (map[string]map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, error) {
+	published, err := nodeSlices(c, nodeName)
 	if err != nil {
 		return nil, err
 	}
 	devs := map[string]map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{}
-	for _, s := range list.Items {
-		if s.Spec.NodeName == nil || *s.Spec.NodeName != node.Name {
-			continue
-		}
+	for _, s := range published {
 		for _, dev := range s.Spec.Devices {
 			devs[dev.Name] = dev.Attributes
 		}
@@ -210,15 +250,7 @@ func (d *draRig) sliceDevices() (map[string]map[resourceapi.QualifiedName]resour
 func (d *draRig) waitSlice(n int) map[string]map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
 	t := d.t
 	t.Helper()
-	var devs map[string]map[resourceapi.QualifiedName]resourceapi.DeviceAttribute
-	err := cririg.Wait(3*time.Minute, fmt.Sprintf("%d devices of %s published for %s", n, draDriver, node.Name), func() (bool, error) {
-		var err error
-		devs, err = d.sliceDevices()
-		return err == nil && len(devs) == n, err
-	})
-	if err != nil {
-		t.Fatalf("%v: %v", err, devs)
-	}
+	devs := waitSliceOn(t, node.Name, n)
 	for name, attrs := range devs {
 		pci := attrs[pciBusIDAttr].StringValue
 		if pci == nil {
@@ -246,6 +278,22 @@ func (d *draRig) sliceUnchanged(t *testing.T, when string) {
 	if !reflect.DeepEqual(now, d.slice) {
 		t.Errorf("%s: the slice changed:\nnow    %s\nbefore %s", when, attrsText(now), attrsText(d.slice))
 	}
+}
+
+// waitSliceOn waits for the driver to publish n devices for the node named
+// nodeName, and returns them.
+func waitSliceOn(t *testing.T, nodeName string, n int) map[string]map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
+	t.Helper()
+	var devs map[string]map[resourceapi.QualifiedName]resourceapi.DeviceAttribute
+	err := cririg.Wait(3*time.Minute, fmt.Sprintf("%d devices of %s published for %s", n, draDriver, nodeName), func() (bool, error) {
+		var err error
+		devs, err = sliceDevicesOf(ctx(t), nodeName)
+		return err == nil && len(devs) == n, err
+	})
+	if err != nil {
+		t.Fatalf("%v: %v", err, devs)
+	}
+	return devs
 }
 
 func attrsText(devs map[string]map[resourceapi.QualifiedName]resourceapi.DeviceAttribute) string {

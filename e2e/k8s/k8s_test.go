@@ -220,8 +220,18 @@ func install() error {
 // this node's. After an upgrade the old pods are gone first (the
 // DaemonSet replaces them).
 func waitDaemonSetPod(ctx context.Context, image string) (*corev1.Pod, error) {
+	pods, err := waitDaemonSetPods(ctx, image)
+	if err != nil {
+		return nil, err
+	}
+	return pods[node.Name], nil
+}
+
+// waitDaemonSetPods is waitDaemonSetPod returning every node's pod, by
+// node name.
+func waitDaemonSetPods(ctx context.Context, image string) (map[string]*corev1.Pod, error) {
 	var last string
-	var ready *corev1.Pod
+	var ready map[string]*corev1.Pod
 	// Six minutes: the chart's upgrade replaces the pod while two pods
 	// exchange traffic and the binary is read every 100 ms; its new pod
 	// was Ready 1m51s after helm upgrade returned on a node alone
@@ -232,7 +242,7 @@ func waitDaemonSetPod(ctx context.Context, image string) (*corev1.Pod, error) {
 			last = fmt.Sprintf("%d pods, want %d (%v)", len(pods.Items), *nodes, err)
 			return false, nil
 		}
-		ready = nil
+		ready = map[string]*corev1.Pod{}
 		for _, p := range pods.Items {
 			last = fmt.Sprintf("%s on %s: %s %+v", p.Name, p.Spec.NodeName, p.Status.Phase, p.Status.ContainerStatuses)
 			for _, c := range p.Spec.Containers {
@@ -243,11 +253,9 @@ func waitDaemonSetPod(ctx context.Context, image string) (*corev1.Pod, error) {
 			if !podReady(&p) {
 				return false, nil
 			}
-			if p.Spec.NodeName == node.Name {
-				ready = &p
-			}
+			ready[p.Spec.NodeName] = &p
 		}
-		return ready != nil, nil
+		return ready[node.Name] != nil, nil
 	})
 	if err != nil {
 		pods, _ := cs.CoreV1().Pods(dsNamespace).List(ctx, metav1.ListOptions{LabelSelector: dsSelector})

@@ -29,6 +29,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/rdma-netns/rdma-netns/e2e/internal/rig"
+	"github.com/rdma-netns/rdma-netns/e2e/k8s/cluster"
 	"github.com/rdma-netns/rdma-netns/e2e/k8s/node"
 )
 
@@ -402,6 +403,9 @@ func lastLines(s string, n int) string {
 // back (on a boot other than bootID) with every rail's device and NIC home (its
 // pod's netns died with the old kernel); then the job's pods are deleted,
 // as a job controller deletes them, and both nodes' devices are home.
+// With claims, node 2's DaemonSet pod must run its dra container again
+// first: the kubelet frees a deleted pod's claim through the driver
+// (NodeUnprepareResources), so the pod and its claim are gone only then.
 // Node 2 reboots through its agent: nothing is stopped, as with
 // `reboot -f`.
 //
@@ -451,6 +455,12 @@ func (job railWorkers) rebootMidJob(t *testing.T, bootID string) {
 	}
 	if p, err := cs.CoreV1().Pods(workersNS).Get(ctx(t), workers[1].name, metav1.GetOptions{}); err == nil {
 		t.Logf("%s after node 2's reboot: %s", workers[1].name, p.Status.Phase)
+	}
+	if job.claims {
+		name := cluster.NodeName(2)
+		waitDSContainersOn(t, true, name)
+		waitRailsPublished(t, name)
+		t.Logf("node 2's dra container Ready and its NICs published %s after the reboot began", time.Since(rebooted).Round(time.Second))
 	}
 	job.stop(t)
 }

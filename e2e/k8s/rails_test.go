@@ -10,7 +10,8 @@ package k8s
 // as with a switch per rail), eth3 and eth4 on the one shared segment;
 // and the VMs leave ARP at the kernel's defaults (--arp-defaults), which a
 // pod's new netns copies, as a real node's pods get them. TestTwoNodes's
-// job holds all four rails (jobRails); railsAtARPDefaults then shows what
+// job holds all four rails (by claim, claimRails; its rerun by the NADs
+// naming them, jobRails); railsAtARPDefaults then shows what
 // the shared rails do without the NAD's ARP and routing entries.
 
 import (
@@ -92,6 +93,9 @@ const railSize, railIters = 65536, 200
 type railWorkers struct {
 	pods  [2]spanWorker
 	rails []rail
+	// claims: each worker holds its rails by a ResourceClaim
+	// (startClaimJob), which its deletion must free.
+	claims bool
 }
 
 // startRailWorkers starts one worker per node (name-0 on node 1, name-1
@@ -157,7 +161,8 @@ func startRailWorkersOf(t *testing.T, name string, rails []rail, podOf func(span
 func ifname(k int) string { return "net" + strconv.Itoa(k+1) }
 
 // stop deletes the workers and waits for every rail's device and NIC to
-// be home on each node.
+// be home on each node, and, for workers holding claims, for the claims
+// to be gone.
 func (ws railWorkers) stop(t *testing.T) {
 	t.Helper()
 	deletePods(t, workersNS, workersGrace, ws.pods[0].name, ws.pods[1].name)
@@ -165,6 +170,9 @@ func (ws railWorkers) stop(t *testing.T) {
 		for _, r := range ws.rails {
 			waitNodeHome(t, w.node, r.dev, r.nic)
 		}
+	}
+	if ws.claims {
+		waitNoClaims(t)
 	}
 }
 
@@ -654,8 +662,9 @@ func (ws railWorkers) railsClean(t *testing.T) {
 }
 
 // railGroups are, for each direction of the job's perftest, the rails
-// whose streams run at once in a round, as indices into jobRails' four
-// (r0 r1 rail-optimized, s0 s1 on the shared segment): all four node 2
+// whose streams run at once in a round, as indices into the job's four
+// (r0 r1 rail-optimized, s0 s1 on the shared segment: jobRails's, or
+// claimRails's rdma_r2 and rdma_r3 on subnets of their own): all four node 2
 // into node 1 (every stream on its own rail however busy the others);
 // then, each way, r0 and s0 with r1 and s1 quiet, and r1 and s1 with r0
 // and s0 quiet. So each shared rail is quiet while its neighbour on the

@@ -36,6 +36,7 @@ import (
 	"github.com/rdma-netns/rdma-netns/e2e/k8s/cluster"
 	"github.com/rdma-netns/rdma-netns/e2e/k8s/node"
 	"github.com/rdma-netns/rdma-netns/pkg/doctor"
+	"github.com/rdma-netns/rdma-netns/pkg/drarecord"
 )
 
 var nodes = flag.Int("k8s.nodes", 1, "how many nodes the cluster has: 2 in make e2e-k8s's two-node boot, where node 1 runs the tests and node 2 boots with -k8s.boot join")
@@ -108,6 +109,10 @@ type nodeNetns struct {
 	Multus      bool     `json:"multus"`      // Multus's daemon wrote its conf here
 	Rails       int      `json:"rails"`       // node.Rails
 	ARPDefaults bool     `json:"arpDefaults"` // node.ARPDefaults
+	// DRARecords are the claim records rdma-netns-dra left in
+	// drarecord.DefaultDir (their claims' UIDs; a damaged one by what is
+	// wrong with it): none once no pod holds a claim.
+	DRARecords []string `json:"draRecords"`
 }
 
 func readNodeNetns() (nodeNetns, error) {
@@ -124,8 +129,26 @@ func readNodeNetns() (nodeNetns, error) {
 	if err != nil {
 		return nodeNetns{}, err
 	}
+	records, err := draRecords()
+	if err != nil {
+		return nodeNetns{}, err
+	}
 	return nodeNetns{Node: node.Name, BootID: strings.TrimSpace(string(boot)), RDMA: devs, Links: links,
-		Multus: strings.Contains(string(conf), `"multus-shim"`), Rails: node.Rails, ARPDefaults: node.ARPDefaults}, nil
+		Multus: strings.Contains(string(conf), `"multus-shim"`), Rails: node.Rails, ARPDefaults: node.ARPDefaults,
+		DRARecords: records}, nil
+}
+
+// draRecords are this node's claim records (nodeNetns.DRARecords).
+func draRecords() ([]string, error) {
+	claims, bad, err := drarecord.Dir(draRecordDir).List()
+	if err != nil {
+		return nil, fmt.Errorf("claim records in %s: %v", draRecordDir, err)
+	}
+	out := bad
+	for _, c := range claims {
+		out = append(out, c.ClaimUID)
+	}
+	return out, nil
 }
 
 // runJoined serves the agent until node 1 asks this node to stop (0) or
@@ -397,19 +420,30 @@ func hostOf(t *testing.T, n int) nodeNetns {
 }
 
 // One job's life across two nodes, as users run it: two unprivileged MPI
-// workers, one per node, each holding the job's rails (jobRails: four
-// when the pair booted with the rails' layout, as make test boots it, one
-// otherwise); each node's devices move into its pod under the NADs'
-// rdmaDevNames. RDMA flows between the pods both ways on every rail, each
-// rail's stream on its own NIC (perftest), an MPI allreduce runs over
-// every rail (mpi_test.go), a node reboots in the middle of a job, and the
-// rerun passes. Deleted, every device and NIC is home on both nodes. One
-// lifecycle, so that make test pays for the pods' starts once. Then, on
-// the rails' layout, rails sharing a subnet without the NAD's ARP and
-// routing entries, at the kernel's ARP defaults (rails_test.go).
+// workers, one per node, each holding the job's rails (four when the pair
+// booted with the rails' layout, as make test boots it, one otherwise);
+// each node's devices move into its pod under the NADs' rdmaDevNames. On
+// the rails' layout the job takes its NICs from ResourceClaims, rail k
+// the claim's nic<k> on every node (twonode_dra_test.go); otherwise from
+// overlays/nad-renamed. RDMA flows between the pods both ways on every
+// rail, each rail's stream on its own NIC (perftest), an MPI allreduce
+// runs over every rail (mpi_test.go), a node reboots in the middle of a
+// job, and the rerun passes, on the NADs that name their NICs (jobRails:
+// conf/nad-rails.yaml and nad-rails-shared-subnet.yaml stay in make test).
+// Deleted, every device and NIC is home on both nodes, and no claim or
+// claim record is left. One lifecycle, so that make test pays for the
+// pods' starts once. Then, on the rails' layout, rails sharing a subnet
+// without the NAD's ARP and routing entries, at the kernel's ARP defaults
+// (rails_test.go).
 func TestTwoNodes(t *testing.T) {
 	if *nodes < 2 {
 		t.Skip("one node: make e2e-k8s-nodes's two-node boot runs this (-k8s.nodes 2)")
+	}
+	claims := railsLayout()
+	if claims {
+		// First: the DaemonSet's pods roll out with the dra container
+		// while node 2 is awaited and the MPI image imported.
+		enableTwoNodeDRA(t)
 	}
 	before := waitJoined(t, 2, "")
 	if before.Rails != node.Rails || before.ARPDefaults != node.ARPDefaults {
@@ -418,7 +452,13 @@ func TestTwoNodes(t *testing.T) {
 	}
 	importMPIImage(t)
 	createMPISecret(t)
-	job := startJob(t)
+	var job railWorkers
+	if claims {
+		waitTwoNodeDRA(t)
+		job = startClaimJob(t)
+	} else {
+		job = startJob(t)
+	}
 	t.Run("perftest", job.perftest)
 	t.Run("allreduce", job.allreduceOverRDMA)
 	rebooted := false
@@ -427,13 +467,18 @@ func TestTwoNodes(t *testing.T) {
 		rebooted = true
 	})
 	if rebooted {
-		// The job's pods were deleted after the reboot: the rerun's are
-		// new, on the same two nodes.
+		// The job's pods were deleted after the reboot (and their claims
+		// with them): the rerun's are new, on the same two nodes, on the
+		// NADs that name their NICs.
 		job = startJob(t)
 		r, _ := runAllreduceWith(t, job.pods[:], "RDMA", job.ucx(), 1<<20, 5)
 		t.Logf("rerun after node 2's reboot: allreduce of %d B x %d over RDMA in %.2f s", r.BytesPerRank, r.Iterations, r.Seconds)
 	}
 	job.stop(t)
+	if claims {
+		waitNoClaims(t)
+		noDRARecords(t)
+	}
 	t.Run("rails-at-arp-defaults", railsAtARPDefaults)
 }
 
@@ -453,7 +498,10 @@ var renamedRail = rail{network: twoNodeNetwork, nic: twoNodeNIC, dev: twoNodeDev
 // rail-optimized (overlays/nad-rails: a subnet and a link each) and two
 // sharing a subnet and the segment, whose NADs chain tuning and sbr
 // (overlays/nad-rails-shared); otherwise the one rail of
-// overlays/nad-renamed, on eth1.
+// overlays/nad-renamed, on eth1. On the rails' layout the job's first
+// start takes its rails by claim (claimRails); its rerun after node 2's
+// reboot takes these, so conf/nad-rails.yaml and
+// nad-rails-shared-subnet.yaml keep running in make test.
 func jobRails(t *testing.T) []rail {
 	t.Helper()
 	if !railsLayout() {

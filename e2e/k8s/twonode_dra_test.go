@@ -1,0 +1,255 @@
+//go:build e2e
+
+package k8s
+
+// TestTwoNodes's job on the rails' layout takes its NICs from
+// ResourceClaims (docs/dra.md): the chart's DRA driver offers each node
+// VM's eth1..eth4, each worker's claim from conf's rails template
+// (overlays/dra-claimtemplate-rails: nic<k> is eth<k+1>) and conf's
+// nad-dra-rails (rdma-dra-rail<k> attaches nic<k> as rdma_r<k>). The rerun
+// after node 2's reboot and railsAtARPDefaults take theirs through the
+// NADs that name the NIC (jobRails), so both ways run in make test.
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/rdma-netns/rdma-netns/e2e/cri/cririg"
+	"github.com/rdma-netns/rdma-netns/e2e/k8s/cluster"
+)
+
+const (
+	// railsTemplate is conf/dra-claimtemplate-rails.yaml's template, and
+	// railsClaim the workers' name for their claim of it.
+	railsTemplate = "rdma-rails-4"
+	railsClaim    = "rails"
+	netdevAttr    = resourceapi.QualifiedName(draDriver + "/netdev")
+)
+
+// claimRails are the job's rails by claim: rail k is the claim's nic<k>,
+// the node's eth<k+1>, attached by rdma-dra-rail<k> as rdma_r<k>. Rails 0
+// and 1 are rail-optimized (a link each), 2 and 3 share the segment, as
+// jobRails's; each has a subnet of its own (nad-dra-rails's static IPAM
+// takes any address), and its tuning keeps the shared ones' ARP on their
+// own NIC.
+var claimRails = []rail{
+	{network: "rdma-dra-rail0", nic: "eth1", name: "rdma_r0", subnet: 10},
+	{network: "rdma-dra-rail1", nic: "eth2", name: "rdma_r1", subnet: 11},
+	{network: "rdma-dra-rail2", nic: "eth3", name: "rdma_r2", subnet: 20},
+	{network: "rdma-dra-rail3", nic: "eth4", name: "rdma_r3", subnet: 21},
+}
+
+// enableTwoNodeDRA applies the chart with dra.enabled over the installed
+// DaemonSet, the driver offering claimRails's NICs (their PCI addresses
+// are node 1's, the same on node 2: vm-pair.sh gives both VMs one QEMU
+// layout), and conf's DeviceClass, rails template and networks in the
+// workers' namespace (applyManifest's default, workersNS). It does not
+// wait for the DaemonSet's pods (waitTwoNodeDRA), so that they roll out
+// while the test does other work. The chart is not put back: the
+// two-node stage ends with TestTwoNodes, whose later parts name their
+// NICs in NADs and leave the driver's NICs to no claim.
+func enableTwoNodeDRA(t *testing.T) {
+	t.Helper()
+	var pcis []string
+	for _, r := range claimRails {
+		pcis = append(pcis, nicNamed(t, r.nic).PCI)
+	}
+	started := time.Now()
+	applyChartDRA(t, pcis)
+	for _, m := range []string{"dra-deviceclass", "dra-claimtemplate-rails", "nad-dra-rails"} {
+		applyManifest(t, m)
+	}
+	t.Logf("the chart with dra.enabled (NICs %v) and conf's rails by claim applied in %s", pcis, time.Since(started).Round(time.Second))
+}
+
+// waitTwoNodeDRA waits for both nodes' DaemonSet pods to run the dra
+// container and for the driver to publish claimRails's NICs, by their
+// netdevs, for both nodes.
+func waitTwoNodeDRA(t *testing.T) {
+	t.Helper()
+	started := time.Now()
+	names := []string{cluster.NodeName(1), cluster.NodeName(2)}
+	waitDSContainersOn(t, true, names...)
+	for _, n := range names {
+		waitRailsPublished(t, n)
+	}
+	t.Logf("DRA on both nodes: the dra containers Ready and their NICs published %s after waiting began", time.Since(started).Round(time.Second))
+}
+
+// waitRailsPublished waits for the driver's slice of the node named
+// nodeName to hold claimRails's NICs, and only them, by netdev.
+func waitRailsPublished(t *testing.T, nodeName string) {
+	t.Helper()
+	devs := waitSliceOn(t, nodeName, len(claimRails))
+	var got, want []string
+	for _, attrs := range devs {
+		if v := attrs[netdevAttr].StringValue; v != nil {
+			got = append(got, *v)
+		}
+	}
+	for _, r := range claimRails {
+		want = append(want, r.nic)
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, want) {
+		t.Fatalf("%s's slice publishes netdevs %v, want %v: %s", nodeName, got, want, attrsText(devs))
+	}
+}
+
+// claimWorkerPod is an MPI worker holding a claim from the rails
+// template.
+func claimWorkerPod(w spanWorker) *corev1.Pod {
+	p := mpiWorkerPod(w)
+	p.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: railsClaim, ResourceClaimTemplateName: new(railsTemplate)}}
+	return p
+}
+
+// startClaimJob starts the job's two MPI workers on claimRails, each
+// with its claim, waits for their sshds and checks each claim's
+// allocation (claimsOnRails).
+func startClaimJob(t *testing.T) railWorkers {
+	t.Helper()
+	job := startRailWorkersOf(t, "span-worker", withDevs(t, claimRails), claimWorkerPod)
+	job.claims = true
+	for _, w := range job.pods {
+		waitSSHD(t, w)
+	}
+	job.claimsOnRails(t)
+	return job
+}
+
+// claimsOnRails checks, from the API, that each worker's claim is
+// allocated on its node with nic<k> the device of that node's slice
+// whose netdev is rail k's NIC, and reserved for the worker.
+func (job railWorkers) claimsOnRails(t *testing.T) {
+	t.Helper()
+	for _, w := range job.pods {
+		nodeName := cluster.NodeName(w.node)
+		claim := workerClaim(t, w)
+		a := claim.Status.Allocation
+		if a == nil {
+			t.Fatalf("%s's claim %s is not allocated", w.label(), claim.Name)
+		}
+		if !selectsNode(a.NodeSelector, nodeName) {
+			t.Errorf("%s's claim %s: allocated for nodes %+v, want %s", w.label(), claim.Name, a.NodeSelector, nodeName)
+		}
+		if !slices.ContainsFunc(claim.Status.ReservedFor, func(r resourceapi.ResourceClaimConsumerReference) bool {
+			return r.Resource == "pods" && r.Name == w.name
+		}) {
+			t.Errorf("%s's claim %s: reserved for %+v, not for the pod", w.label(), claim.Name, claim.Status.ReservedFor)
+		}
+		published, err := nodeSlices(ctx(t), nodeName)
+		if err != nil {
+			t.Fatal(err)
+		}
+		netdevOf := map[string]string{} // pool/device -> netdev
+		for _, s := range published {
+			for _, d := range s.Spec.Devices {
+				if v := d.Attributes[netdevAttr].StringValue; v != nil {
+					netdevOf[s.Spec.Pool.Name+"/"+d.Name] = *v
+				}
+			}
+		}
+		var got []string
+		for k, r := range job.rails {
+			req := fmt.Sprintf("nic%d", k)
+			i := slices.IndexFunc(a.Devices.Results, func(res resourceapi.DeviceRequestAllocationResult) bool { return res.Request == req })
+			if i < 0 {
+				t.Errorf("%s's claim %s has no result for request %s: %+v", w.label(), claim.Name, req, a.Devices.Results)
+				continue
+			}
+			res := a.Devices.Results[i]
+			nd, ok := netdevOf[res.Pool+"/"+res.Device]
+			if res.Driver != draDriver || !ok || nd != r.nic {
+				t.Errorf("%s's claim %s: %s is %s/%s/%s (netdev %q in %s's slice), want the device whose netdev is %s",
+					w.label(), claim.Name, req, res.Driver, res.Pool, res.Device, nd, nodeName, r.nic)
+			}
+			got = append(got, fmt.Sprintf("%s=%s(%s)", req, res.Device, nd))
+		}
+		t.Logf("%s's claim %s allocated on %s: %s", w.label(), claim.Name, nodeName, strings.Join(got, " "))
+	}
+}
+
+// workerClaim is the claim the worker's pod got from the rails template.
+func workerClaim(t *testing.T, w spanWorker) *resourceapi.ResourceClaim {
+	t.Helper()
+	p, err := cs.CoreV1().Pods(workersNS).Get(ctx(t), w.name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(p.Status.ResourceClaimStatuses, func(s corev1.PodResourceClaimStatus) bool {
+		return s.Name == railsClaim && s.ResourceClaimName != nil
+	})
+	if i < 0 {
+		t.Fatalf("%s: claim statuses %+v, want one generated claim %s", w.label(), p.Status.ResourceClaimStatuses, railsClaim)
+	}
+	claim, err := cs.ResourceV1().ResourceClaims(workersNS).Get(ctx(t), *p.Status.ResourceClaimStatuses[i].ResourceClaimName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return claim
+}
+
+// selectsNode: the allocation's node selector picks the node named
+// nodeName by its name, as the allocator writes it for a node's own
+// devices.
+func selectsNode(sel *corev1.NodeSelector, nodeName string) bool {
+	if sel == nil {
+		return false
+	}
+	for _, term := range sel.NodeSelectorTerms {
+		for _, f := range term.MatchFields {
+			if f.Key == "metadata.name" && f.Operator == corev1.NodeSelectorOpIn && slices.Equal(f.Values, []string{nodeName}) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// waitNoClaims waits for the workers' namespace to hold no
+// ResourceClaim: the claims generated for deleted pods are deleted.
+func waitNoClaims(t *testing.T) {
+	t.Helper()
+	var left []string
+	err := cririg.Wait(2*time.Minute, "no ResourceClaim left in "+workersNS, func() (bool, error) {
+		list, err := cs.ResourceV1().ResourceClaims(workersNS).List(ctx(t), metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		left = left[:0]
+		for _, c := range list.Items {
+			left = append(left, fmt.Sprintf("%s (reserved for %+v)", c.Name, c.Status.ReservedFor))
+		}
+		return len(left) == 0, nil
+	})
+	if err != nil {
+		t.Fatalf("%v: %v", err, left)
+	}
+}
+
+// noDRARecords fails t unless neither node has a claim record left: read
+// here for node 1, asked of its agent for node 2.
+func noDRARecords(t *testing.T) {
+	t.Helper()
+	for n := 1; n <= 2; n++ {
+		var last nodeNetns
+		var lastErr error
+		// The driver removes a record when the kubelet unprepares the
+		// claim, which may come after the claim is gone from the API.
+		err := cririg.Wait(time.Minute, fmt.Sprintf("no DRA claim record on node %d", n), func() (bool, error) {
+			last, lastErr = netnsOf(ctx(t), n)
+			return lastErr == nil && len(last.DRARecords) == 0, nil
+		})
+		if err != nil {
+			t.Errorf("%v: %s holds %v (%v)", err, draRecordDir, last.DRARecords, lastErr)
+		}
+	}
+}
