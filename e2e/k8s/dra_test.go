@@ -65,10 +65,7 @@ func TestDRA(t *testing.T) {
 	}
 	d.applyOneNICTemplate()
 	d.slice = d.waitSlice(len(nics))
-	steps := []struct {
-		name string
-		run  func(*testing.T)
-	}{
+	runSteps(t, []step{
 		{"TwoNICsEach", d.twoNICsEach},
 		{"PendingUntilFree", d.pendingUntilFree},
 		{"RaceForTheLastNIC", d.raceForLastNIC},
@@ -76,7 +73,19 @@ func TestDRA(t *testing.T) {
 		{"AttachAbsent", d.attachAbsent},
 		{"DriverAbsent", d.driverAbsent},
 		{"AllHome", d.allHome},
-	}
+	})
+}
+
+// step is a subtest of a test whose steps share the node's state.
+type step struct {
+	name string
+	run  func(*testing.T)
+}
+
+// runSteps runs the steps in order and stops at the first that fails:
+// the later ones start from the state it should have left.
+func runSteps(t *testing.T, steps []step) {
+	t.Helper()
 	for _, s := range steps {
 		if !t.Run(s.name, s.run) {
 			t.Fatalf("%s failed; the steps after it need its state", s.name)
@@ -319,18 +328,8 @@ func draPod(name, template string, nics, host int) *corev1.Pod {
 // order of its results.
 func (d *draRig) claimNICs(t *testing.T, pod string) (string, []rig.NIC) {
 	t.Helper()
-	p, err := cs.CoreV1().Pods("default").Get(ctx(t), pod, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(p.Status.ResourceClaimStatuses) != 1 || p.Status.ResourceClaimStatuses[0].ResourceClaimName == nil {
-		t.Fatalf("pod %s: claim statuses %+v, want one generated claim", pod, p.Status.ResourceClaimStatuses)
-	}
-	name := *p.Status.ResourceClaimStatuses[0].ResourceClaimName
-	claim, err := cs.ResourceV1().ResourceClaims("default").Get(ctx(t), name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	claim := podClaim(t, "default", pod, "")
+	name := claim.Name
 	if claim.Status.Allocation == nil {
 		t.Fatalf("claim %s of pod %s is not allocated", name, pod)
 	}
@@ -344,6 +343,28 @@ func (d *draRig) claimNICs(t *testing.T, pod string) (string, []rig.NIC) {
 		nics = append(nics, n)
 	}
 	return name, nics
+}
+
+// podClaim is the claim generated for the pod's resourceClaims entry
+// named claim ("": its only one).
+func podClaim(t *testing.T, ns, pod, claim string) *resourceapi.ResourceClaim {
+	t.Helper()
+	p, err := cs.CoreV1().Pods(ns).Get(ctx(t), pod, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sts := p.Status.ResourceClaimStatuses
+	i := slices.IndexFunc(sts, func(s corev1.PodResourceClaimStatus) bool {
+		return (claim == "" || s.Name == claim) && s.ResourceClaimName != nil
+	})
+	if i < 0 || (claim == "" && len(sts) != 1) {
+		t.Fatalf("pod %s/%s: claim statuses %+v, want one generated claim %s", ns, pod, sts, claim)
+	}
+	c, err := cs.ResourceV1().ResourceClaims(ns).Get(ctx(t), *sts[i].ResourceClaimName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 // holds checks the running pod: each netN is its claim's N-th NIC, with

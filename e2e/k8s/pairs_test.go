@@ -76,20 +76,12 @@ func TestDRAPairs(t *testing.T) {
 		t.Skip("this node VM has no stand-in GPUs: make e2e-k8s's alignment boot runs this (vm-run.sh --pcie-roots 2 --standin-gpus 2)")
 	}
 	p := newPairsRig(t)
-	steps := []struct {
-		name string
-		run  func(*testing.T)
-	}{
+	runSteps(t, []step{
 		{"EachGPUItsNIC", p.eachGPUItsNIC},
 		{"UnalignablePending", p.unalignablePending},
 		{"UnalignedNamedByDoctor", p.unalignedNamed},
 		{"AllHome", p.allHome},
-	}
-	for _, s := range steps {
-		if !t.Run(s.name, s.run) {
-			t.Fatalf("%s failed; the steps after it need its state", s.name)
-		}
-	}
+	})
 }
 
 type pairsRig struct {
@@ -271,18 +263,8 @@ func (pr pair) String() string {
 // requests gpuK and nicK.
 func (p *pairsRig) claimPairs(t *testing.T, pod string) (string, []pair) {
 	t.Helper()
-	pd, err := cs.CoreV1().Pods("default").Get(ctx(t), pod, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(pd.Status.ResourceClaimStatuses) != 1 || pd.Status.ResourceClaimStatuses[0].ResourceClaimName == nil {
-		t.Fatalf("pod %s: claim statuses %+v, want one generated claim", pod, pd.Status.ResourceClaimStatuses)
-	}
-	name := *pd.Status.ResourceClaimStatuses[0].ResourceClaimName
-	claim, err := cs.ResourceV1().ResourceClaims("default").Get(ctx(t), name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	claim := podClaim(t, "default", pod, "")
+	name := claim.Name
 	if claim.Status.Allocation == nil {
 		t.Fatalf("claim %s of pod %s is not allocated", name, pod)
 	}

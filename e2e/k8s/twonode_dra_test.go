@@ -132,7 +132,7 @@ func (job railWorkers) claimsOnRails(t *testing.T) {
 	t.Helper()
 	for _, w := range job.pods {
 		nodeName := cluster.NodeName(w.node)
-		claim := workerClaim(t, w)
+		claim := podClaim(t, workersNS, w.name, railsClaim)
 		a := claim.Status.Allocation
 		if a == nil {
 			t.Fatalf("%s's claim %s is not allocated", w.label(), claim.Name)
@@ -175,26 +175,6 @@ func (job railWorkers) claimsOnRails(t *testing.T) {
 		}
 		t.Logf("%s's claim %s allocated on %s: %s", w.label(), claim.Name, nodeName, strings.Join(got, " "))
 	}
-}
-
-// workerClaim is the claim the worker's pod got from the rails template.
-func workerClaim(t *testing.T, w spanWorker) *resourceapi.ResourceClaim {
-	t.Helper()
-	p, err := cs.CoreV1().Pods(workersNS).Get(ctx(t), w.name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	i := slices.IndexFunc(p.Status.ResourceClaimStatuses, func(s corev1.PodResourceClaimStatus) bool {
-		return s.Name == railsClaim && s.ResourceClaimName != nil
-	})
-	if i < 0 {
-		t.Fatalf("%s: claim statuses %+v, want one generated claim %s", w.label(), p.Status.ResourceClaimStatuses, railsClaim)
-	}
-	claim, err := cs.ResourceV1().ResourceClaims(workersNS).Get(ctx(t), *p.Status.ResourceClaimStatuses[i].ResourceClaimName, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return claim
 }
 
 // selectsNode: the allocation's node selector picks the node named
