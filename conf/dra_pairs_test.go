@@ -144,10 +144,16 @@ func checkDRATuning(nad *networkAttachmentDefinition) error {
 
 func pairsTemplate(t *testing.T) *resourcev1.ResourceClaimTemplate {
 	t.Helper()
-	objs := mustDecodeFile(t, "dra-claimtemplate-pairs.yaml")
+	return templateIn(t, "dra-claimtemplate-pairs.yaml")
+}
+
+// templateIn is the one ResourceClaimTemplate of a file of conf/.
+func templateIn(t *testing.T, file string) *resourcev1.ResourceClaimTemplate {
+	t.Helper()
+	objs := mustDecodeFile(t, file)
 	tpl, ok := objs[0].obj.(*resourcev1.ResourceClaimTemplate)
 	if len(objs) != 1 || !ok {
-		t.Fatalf("dra-claimtemplate-pairs.yaml: want one ResourceClaimTemplate, got %d objects", len(objs))
+		t.Fatalf("%s: want one ResourceClaimTemplate, got %d objects", file, len(objs))
 	}
 	return tpl
 }

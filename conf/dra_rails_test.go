@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 
 	resourcev1 "k8s.io/api/resource/v1"
@@ -92,12 +93,7 @@ func checkRailNADs(tpl *resourcev1.ResourceClaimTemplate, nads []*networkAttachm
 
 func railsTemplate(t *testing.T) *resourcev1.ResourceClaimTemplate {
 	t.Helper()
-	objs := mustDecodeFile(t, "dra-claimtemplate-rails.yaml")
-	tpl, ok := objs[0].obj.(*resourcev1.ResourceClaimTemplate)
-	if len(objs) != 1 || !ok {
-		t.Fatalf("dra-claimtemplate-rails.yaml: want one ResourceClaimTemplate, got %d objects", len(objs))
-	}
-	return tpl
+	return templateIn(t, "dra-claimtemplate-rails.yaml")
 }
 
 func draRailNADs(t *testing.T) []*networkAttachmentDefinition {
@@ -178,13 +174,14 @@ func TestDRARailsTemplate(t *testing.T) {
 	}
 }
 
+// replaceOnce is strings.Replace(s, old, new, 1) that fails t when s has
+// no old: a case that changed nothing would pass for the wrong reason.
 func replaceOnce(t *testing.T, s, old, new string) string {
 	t.Helper()
-	i := regexp.MustCompile(regexp.QuoteMeta(old)).FindStringIndex(s)
-	if i == nil {
+	if !strings.Contains(s, old) {
 		t.Fatalf("no %s in %s", old, s)
 	}
-	return s[:i[0]] + new + s[i[1]:]
+	return strings.Replace(s, old, new, 1)
 }
 
 // The rails template as TestTwoNodes applies it (overlays/

@@ -17,7 +17,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
-	"github.com/rdma-netns/rdma-netns/e2e/cri/cririg"
 	"github.com/rdma-netns/rdma-netns/e2e/internal/rig"
 	"github.com/rdma-netns/rdma-netns/e2e/k8s/deviceplugin"
 )
@@ -172,10 +171,7 @@ func (d *draRig) benchDRAPod(t *testing.T, name, by string, n int) podTimes {
 	claim, _ := d.claimNICs(t, name)
 	deleted := time.Now()
 	stopBenchPod(t, name, d.nics)
-	if err := cririg.Wait(2*time.Minute, "claim "+claim+" deleted", func() (bool, error) {
-		_, err := cs.ResourceV1().ResourceClaims("default").Get(ctx(t), claim, metav1.GetOptions{})
-		return apierrors.IsNotFound(err), nil
-	}); err != nil {
+	if err := claimGone(t, claim, 2*time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	return podTimes{start: start, stop: time.Since(deleted)}

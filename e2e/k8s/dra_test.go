@@ -220,12 +220,12 @@ func (d *draRig) applyOneNICTemplate() {
 
 // sliceDevices is what the driver publishes for this node.
 func (d *draRig) sliceDevices() (map[string]map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, error) {
-	return sliceDevicesOf(ctx(d.t), node.Name)
+	return sliceDevicesOf(ctx(d.t), draDriver, node.Name)
 }
 
-// nodeSlices are the driver's ResourceSlices of the node named nodeName.
-func nodeSlices(c context.Context, nodeName string) ([]resourceapi.ResourceSlice, error) {
-	list, err := cs.ResourceV1().ResourceSlices().List(c, metav1.ListOptions{FieldSelector: "spec.driver=" + draDriver})
+// nodeSlices are driver's ResourceSlices of the node named nodeName.
+func nodeSlices(c context.Context, driver, nodeName string) ([]resourceapi.ResourceSlice, error) {
+	list, err := cs.ResourceV1().ResourceSlices().List(c, metav1.ListOptions{FieldSelector: "spec.driver=" + driver})
 	if err != nil {
 		return nil, err
 	}
@@ -238,10 +238,10 @@ func nodeSlices(c context.Context, nodeName string) ([]resourceapi.ResourceSlice
 	return out, nil
 }
 
-// sliceDevicesOf is what the driver publishes for the node named
-// nodeName: device name -> attributes.
-func sliceDevicesOf(c context.Context, nodeName string) (map[string]map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, error) {
-	published, err := nodeSlices(c, nodeName)
+// sliceDevicesOf is what driver publishes for the node named nodeName:
+// device name -> attributes.
+func sliceDevicesOf(c context.Context, driver, nodeName string) (map[string]map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, error) {
+	published, err := nodeSlices(c, driver, nodeName)
 	if err != nil {
 		return nil, err
 	}
@@ -296,7 +296,7 @@ func waitSliceOn(t *testing.T, nodeName string, n int) map[string]map[resourceap
 	var devs map[string]map[resourceapi.QualifiedName]resourceapi.DeviceAttribute
 	err := cririg.Wait(3*time.Minute, fmt.Sprintf("%d devices of %s published for %s", n, draDriver, nodeName), func() (bool, error) {
 		var err error
-		devs, err = sliceDevicesOf(ctx(t), nodeName)
+		devs, err = sliceDevicesOf(ctx(t), draDriver, nodeName)
 		return err == nil && len(devs) == n, err
 	})
 	if err != nil {
@@ -459,7 +459,7 @@ func waitPending(t *testing.T, pod string, settle time.Duration) string {
 		if p.Spec.NodeName != "" || p.Status.Phase != corev1.PodPending {
 			t.Fatalf("pod %s placed on %q, phase %s, while it should wait", pod, p.Spec.NodeName, p.Status.Phase)
 		}
-		if n := sandboxesOfUID(t, string(p.UID)); n != 0 {
+		if n := sandboxesLabelled(t, map[string]string{"io.kubernetes.pod.uid": string(p.UID)}); n != 0 {
 			t.Fatalf("pod %s: %d sandboxes while it waits", pod, n)
 		}
 		time.Sleep(2 * time.Second)
@@ -524,16 +524,22 @@ func (d *draRig) pendingUntilFree(t *testing.T) {
 	if !sameNICs(c, aNICs) {
 		t.Errorf("dra-c holds %s, want rdma-dra-0's former %s", nicsText(c), nicsText(aNICs))
 	}
-	if err := cririg.Wait(time.Minute, "rdma-dra-0's claim "+aClaim+" deleted", func() (bool, error) {
-		_, err := cs.ResourceV1().ResourceClaims("default").Get(ctx(t), aClaim, metav1.GetOptions{})
-		return apierrors.IsNotFound(err), nil
-	}); err != nil {
+	if err := claimGone(t, aClaim, time.Minute); err != nil {
 		t.Error(err)
 	}
 	if _, ok, err := drarecord.Dir(draRecordDir).Load(aUID); ok || err != nil {
 		t.Errorf("rdma-dra-0's claim record still on the node (%v)", err)
 	}
 	d.sliceUnchanged(t, "dra-c holding rdma-dra-0's NICs")
+}
+
+// claimGone waits for the claim of that name in "default" to be deleted.
+func claimGone(t *testing.T, name string, timeout time.Duration) error {
+	t.Helper()
+	return cririg.Wait(timeout, "claim "+name+" deleted", func() (bool, error) {
+		_, err := cs.ResourceV1().ResourceClaims("default").Get(ctx(t), name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
 }
 
 // claimUIDs remembers claims' UIDs by name: a deleted claim's record is
@@ -760,16 +766,31 @@ func (d *draRig) waitSliceUnchanged(t *testing.T) map[string]map[resourceapi.Qua
 // no claim record left on the node, the slice as it was.
 func (d *draRig) allHome(t *testing.T) {
 	deletePod(t, "default", "dra-c", metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
-	// The API server forgets a pod before kubelet has torn its sandbox
-	// down: the NICs come home with the CNI DEL, RDMA device first.
+	waitNICsHome(t, d.nics)
+	waitNoClaimRecords(t)
+	d.sliceUnchanged(t, "every pod deleted")
+}
+
+// waitNICsHome waits for every NIC and its RDMA device to be on the host
+// under its own name. The API server forgets a pod before kubelet has
+// torn its sandbox down: the NICs come home with the CNI DEL, RDMA device
+// first.
+func waitNICsHome(t *testing.T, nics []rig.NIC) {
+	t.Helper()
 	var away []string
-	if err := cririg.Wait(time.Minute, nicSpan(d.nics)+" and their RDMA devices home", func() (bool, error) {
+	if err := cririg.Wait(time.Minute, nicSpan(nics)+" and their RDMA devices home", func() (bool, error) {
 		var err error
-		away, err = rig.Missing(d.nics)
+		away, err = rig.Missing(nics)
 		return len(away) == 0 && err == nil, err
 	}); err != nil {
 		t.Fatalf("%v; still away: %v", err, away)
 	}
+}
+
+// waitNoClaimRecords waits for the node to hold no DRA claim record, and
+// fails t with what the directory holds if it does not come to that.
+func waitNoClaimRecords(t *testing.T) {
+	t.Helper()
 	if err := cririg.Wait(time.Minute, "no DRA claim record on the node", func() (bool, error) {
 		claims, _, err := drarecord.Dir(draRecordDir).List()
 		return err == nil && len(claims) == 0, err
@@ -777,7 +798,6 @@ func (d *draRig) allHome(t *testing.T) {
 		out, _ := exec.Command("ls", "-l", draRecordDir).CombinedOutput()
 		t.Errorf("%v:\n%s", err, out)
 	}
-	d.sliceUnchanged(t, "every pod deleted")
 }
 
 // The node's reboot with a pod holding claimed NICs (TestReboot): the
@@ -904,12 +924,7 @@ func draAfterRebootGone(t *testing.T, devs []string) {
 	for _, dev := range devs {
 		waitHome(t, dev)
 	}
-	if err := cririg.Wait(time.Minute, "no DRA claim record on the node", func() (bool, error) {
-		claims, _, err := drarecord.Dir(draRecordDir).List()
-		return err == nil && len(claims) == 0, err
-	}); err != nil {
-		t.Error(err)
-	}
+	waitNoClaimRecords(t)
 }
 
 // netDiag is what the pod's netns shows of its addresses, neighbours,

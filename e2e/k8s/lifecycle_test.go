@@ -46,25 +46,18 @@ func runClassPod(t *testing.T, name, handler string, edit ...func(*corev1.Pod)) 
 	return netns, n.RDMA
 }
 
-// sandboxesOf counts the CRI sandboxes (any state) of a pod.
+// sandboxesOf counts the CRI sandboxes (any state) of a pod of "default"
+// by its name, those of pods of that name deleted before included.
 func sandboxesOf(t *testing.T, name string) int {
 	t.Helper()
-	resp, err := ctd.Runtime.ListPodSandbox(ctx(t), &runtimeapi.ListPodSandboxRequest{Filter: &runtimeapi.PodSandboxFilter{
-		LabelSelector: map[string]string{"io.kubernetes.pod.namespace": "default", "io.kubernetes.pod.name": name},
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return len(resp.Items)
+	return sandboxesLabelled(t, map[string]string{"io.kubernetes.pod.namespace": "default", "io.kubernetes.pod.name": name})
 }
 
-// sandboxesOfUID counts the CRI sandboxes (any state) of one pod object:
-// a pod of the same name deleted before may still have its dead sandbox.
-func sandboxesOfUID(t *testing.T, uid string) int {
+// sandboxesLabelled counts the CRI sandboxes (any state) with the
+// kubelet's labels given: io.kubernetes.pod.uid for one pod object alone.
+func sandboxesLabelled(t *testing.T, labels map[string]string) int {
 	t.Helper()
-	resp, err := ctd.Runtime.ListPodSandbox(ctx(t), &runtimeapi.ListPodSandboxRequest{Filter: &runtimeapi.PodSandboxFilter{
-		LabelSelector: map[string]string{"io.kubernetes.pod.uid": uid},
-	}})
+	resp, err := ctd.Runtime.ListPodSandbox(ctx(t), &runtimeapi.ListPodSandboxRequest{Filter: &runtimeapi.PodSandboxFilter{LabelSelector: labels}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -208,31 +209,19 @@ func (p *pairsRig) nicRoots(nics []rig.NIC) string {
 // under the root its sysfs path shows.
 func (p *pairsRig) waitGPUSlice(t *testing.T) {
 	t.Helper()
-	var got map[string]string
+	var devs map[string]map[resourceapi.QualifiedName]resourceapi.DeviceAttribute
 	err := cririg.Wait(2*time.Minute, fmt.Sprintf("%d GPUs of %s published for %s", pairsCount, standinDriver, node.Name), func() (bool, error) {
-		list, err := cs.ResourceV1().ResourceSlices().List(ctx(t), metav1.ListOptions{FieldSelector: "spec.driver=" + standinDriver})
-		if err != nil {
-			return false, err
-		}
-		got = map[string]string{}
-		for _, s := range list.Items {
-			if s.Spec.NodeName == nil || *s.Spec.NodeName != node.Name {
-				continue
-			}
-			for _, d := range s.Spec.Devices {
-				if r := d.Attributes[pcieRootAttr].StringValue; r != nil {
-					got[d.Name] = *r
-				}
-			}
-		}
-		return len(got) == pairsCount, nil
+		var err error
+		devs, err = sliceDevicesOf(ctx(t), standinDriver, node.Name)
+		return err == nil && len(devs) == pairsCount, err
 	})
 	if err != nil {
-		t.Fatalf("%v: %v", err, got)
+		t.Fatalf("%v: %s", err, attrsText(devs))
 	}
-	for name, root := range got {
-		if g, ok := p.gpus[name]; !ok || g.root != root || pciRoot(t, g.pci) != root {
-			t.Fatalf("GPU %s published under %s; the VM lists %+v", name, root, g)
+	for name, attrs := range devs {
+		root := attrs[pcieRootAttr].StringValue
+		if g, ok := p.gpus[name]; !ok || root == nil || g.root != *root || pciRoot(t, g.pci) != *root {
+			t.Fatalf("GPU %s published with %s; the VM lists %+v", name, attrsText(map[string]map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{name: attrs}), g)
 		}
 	}
 }
@@ -382,18 +371,9 @@ func doctorGPUs(t *testing.T, pod string, pairs []pair) map[string]doctor.Findin
 		out[strings.TrimPrefix(f.Subject, "GPU ")] = f
 	}
 	if len(out) != len(gpus) {
-		t.Errorf("doctor on %s: gpu-nic findings for %v, want one per GPU of %v", pod, keysOf(out), gpus)
+		t.Errorf("doctor on %s: gpu-nic findings for %v, want one per GPU of %v", pod, slices.Sorted(maps.Keys(out)), gpus)
 	}
 	return out
-}
-
-func keysOf[V any](m map[string]V) []string {
-	var ks []string
-	for k := range m {
-		ks = append(ks, k)
-	}
-	sort.Strings(ks)
-	return ks
 }
 
 // conf's pod on conf's pair template: each pair under one root, in the
@@ -452,14 +432,7 @@ func (p *pairsRig) deleteAndWaitHome(t *testing.T, pod, claimUID string) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	var away []string
-	if err := cririg.Wait(time.Minute, nicSpan(p.dra.nics)+" and their RDMA devices home", func() (bool, error) {
-		var err error
-		away, err = rig.Missing(p.dra.nics)
-		return len(away) == 0 && err == nil, err
-	}); err != nil {
-		t.Fatalf("%v; still away: %v", err, away)
-	}
+	waitNICsHome(t, p.dra.nics)
 	if claimUID == "" {
 		return
 	}
@@ -597,11 +570,6 @@ func (p *pairsRig) allHome(t *testing.T) {
 	if err := cs.ResourceV1().ResourceClaims("default").Delete(ctx(t), hogClaim, metav1.DeleteOptions{}); err != nil {
 		t.Error(err)
 	}
-	if err := cririg.Wait(time.Minute, "no DRA claim record on the node", func() (bool, error) {
-		claims, _, err := drarecord.Dir(draRecordDir).List()
-		return err == nil && len(claims) == 0, err
-	}); err != nil {
-		t.Error(err)
-	}
+	waitNoClaimRecords(t)
 	p.dra.sliceUnchanged(t, "every pod deleted")
 }

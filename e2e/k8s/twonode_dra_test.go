@@ -145,7 +145,7 @@ func (job railWorkers) claimsOnRails(t *testing.T) {
 		}) {
 			t.Errorf("%s's claim %s: reserved for %+v, not for the pod", w.label(), claim.Name, claim.Status.ReservedFor)
 		}
-		published, err := nodeSlices(ctx(t), nodeName)
+		published, err := nodeSlices(ctx(t), draDriver, nodeName)
 		if err != nil {
 			t.Fatal(err)
 		}
