@@ -3,15 +3,18 @@
 package k8s
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"sort"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -60,6 +63,7 @@ func TestDRA(t *testing.T) {
 	d := &draRig{t: t, nics: nics}
 	d.enable()
 	t.Cleanup(d.cleanup)
+	d.host = hostDevices(t)
 	for _, m := range []string{"dra-deviceclass", "dra-claimtemplate", "nad-dra"} {
 		applyManifest(t, m)
 	}
@@ -69,6 +73,7 @@ func TestDRA(t *testing.T) {
 		{"TwoNICsEach", d.twoNICsEach},
 		{"PendingUntilFree", d.pendingUntilFree},
 		{"RaceForTheLastNIC", d.raceForLastNIC},
+		{"AliasOfAnother", d.aliasOfAnother},
 		{"DriverAndKubeletRestart", d.restarts},
 		{"AttachAbsent", d.attachAbsent},
 		{"DriverAbsent", d.driverAbsent},
@@ -98,6 +103,8 @@ type draRig struct {
 	nics []rig.NIC
 	// slice is the driver's devices as first published: name -> attributes.
 	slice map[string]map[resourceapi.QualifiedName]resourceapi.DeviceAttribute
+	// host is the host's netdevs and RDMA devices before the first pod.
+	host []string
 }
 
 func (d *draRig) nicByPCI(pci string) (rig.NIC, bool) {
@@ -186,7 +193,7 @@ func waitDSContainersOn(t *testing.T, dra bool, nodeNames ...string) map[string]
 func (d *draRig) cleanup() {
 	t := d.t
 	c := ctx(t)
-	for _, name := range []string{draConfPod, "dra-b", "dra-c", "dra-one", "dra-race-1", "dra-race-2", "dra-noattach", "dra-nodriver"} {
+	for _, name := range []string{draConfPod, "dra-b", "dra-c", "dra-one", "dra-race-1", "dra-race-2", "dra-alias", "dra-victim", "dra-noattach", "dra-nodriver"} {
 		_ = cs.CoreV1().Pods("default").Delete(c, name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
 	}
 	if data, err := os.ReadFile(node.ManifestDir + "/daemonset.yaml"); err == nil {
@@ -428,43 +435,74 @@ func draPeer(t *testing.T, pod string, i int, nic rig.NIC) rig.Peer {
 	return rig.Peer{Run: execRunner("default", pod, container), Dev: nic.RDMA, IP: a.IPs[0]}
 }
 
-// waitPending waits for the scheduler to say why the pod cannot be
-// placed, then checks for settle that the pod is still unscheduled and
-// has no sandbox; it returns the scheduler's message.
+// claimReason is the scheduler's word for a pod whose claims no node
+// can satisfy (its DynamicResources plugin), in the PodScheduled
+// condition's message.
+const claimReason = "cannot allocate all claims"
+
+// waitPending waits for the scheduler to say that the pod's claims cannot
+// be allocated, then for settle more; over the whole wait the pod is
+// unscheduled, the node Ready and untainted (so the claims, not the
+// node, keep it Pending) and no sandbox exists for the pod's UID. It
+// returns the scheduler's message.
 func waitPending(t *testing.T, pod string, settle time.Duration) string {
 	t.Helper()
 	var msg string
-	err := cririg.Wait(2*time.Minute, "pod "+pod+" unschedulable", func() (bool, error) {
+	var settleBy time.Time
+	err := cririg.Wait(2*time.Minute+settle, "pod "+pod+" unschedulable for its claims, then "+settle.String()+" more", func() (bool, error) {
 		p, err := cs.CoreV1().Pods("default").Get(ctx(t), pod, metav1.GetOptions{})
 		if err != nil {
 			return false, err
 		}
-		for _, c := range p.Status.Conditions {
-			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
-				msg = c.Message
-				return true, nil
+		if err := stillPending(t, p); err != nil {
+			t.Fatalf("pod %s: %v\nevents:\n%s", pod, err, events(t, "default", pod))
+		}
+		if settleBy.IsZero() {
+			for _, c := range p.Status.Conditions {
+				if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+					if !strings.Contains(c.Message, claimReason) {
+						t.Fatalf("pod %s unschedulable, but not for its claims: %q, want %q", pod, c.Message, claimReason)
+					}
+					msg, settleBy = c.Message, time.Now().Add(settle)
+				}
 			}
 		}
+		if !settleBy.IsZero() && time.Now().After(settleBy) {
+			return true, nil
+		}
+		time.Sleep(time.Second)
 		return false, nil
 	})
 	if err != nil {
 		t.Fatalf("%v\nevents:\n%s", err, events(t, "default", pod))
 	}
-	deadline := time.Now().Add(settle)
-	for time.Now().Before(deadline) {
-		p, err := cs.CoreV1().Pods("default").Get(ctx(t), pod, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if p.Spec.NodeName != "" || p.Status.Phase != corev1.PodPending {
-			t.Fatalf("pod %s placed on %q, phase %s, while it should wait", pod, p.Spec.NodeName, p.Status.Phase)
-		}
-		if n := sandboxesLabelled(t, map[string]string{"io.kubernetes.pod.uid": string(p.UID)}); n != 0 {
-			t.Fatalf("pod %s: %d sandboxes while it waits", pod, n)
-		}
-		time.Sleep(2 * time.Second)
-	}
 	return msg
+}
+
+// stillPending says what is wrong when the pod is not waiting as it
+// should: placed, past Pending, a sandbox of its UID on the node, or the
+// node not Ready or tainted.
+func stillPending(t *testing.T, p *corev1.Pod) error {
+	t.Helper()
+	if p.Spec.NodeName != "" || p.Status.Phase != corev1.PodPending {
+		return fmt.Errorf("placed on %q, phase %s, while it should wait", p.Spec.NodeName, p.Status.Phase)
+	}
+	if n := sandboxesLabelled(t, map[string]string{"io.kubernetes.pod.uid": string(p.UID)}); n != 0 {
+		return fmt.Errorf("%d sandboxes while it waits", n)
+	}
+	n, err := cs.CoreV1().Nodes().Get(ctx(t), node.Name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	if len(n.Spec.Taints) > 0 || n.Spec.Unschedulable {
+		return fmt.Errorf("node %s tainted %v (unschedulable %v): the wait would prove nothing of the claims", n.Name, n.Spec.Taints, n.Spec.Unschedulable)
+	}
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady && c.Status != corev1.ConditionTrue {
+			return fmt.Errorf("node %s not Ready (%s: %s)", n.Name, c.Reason, c.Message)
+		}
+	}
+	return nil
 }
 
 // conf/pod-dra.yaml's pod and a second pod from the same two-NIC
@@ -489,23 +527,107 @@ func (d *draRig) twoNICsEach(t *testing.T) {
 		t.Logf("ib_write_bw rdma-dra-0 net%d (%s) -> dra-b net%d (%s): %d iters of %d bytes, average %.2f MB/s",
 			i+1, a[i].RDMA, i+1, b[i].RDMA, bw.Iters, bw.Bytes, bw.AverageMBps)
 	}
-	d.recordsOf(t, draConfPod, 1)
+	d.recordOf(t, draConfPod)
+	d.recordOf(t, "dra-b")
 	d.sliceUnchanged(t, "two pods holding every NIC")
 }
 
-// recordsOf checks the driver's record of the pod's claim: n claims recorded.
-func (d *draRig) recordsOf(t *testing.T, pod string, n int) {
+// recordOf checks the driver's record of the pod's one claim: on the
+// node, for the pod, naming the claim's NICs in its results' order; it
+// returns what identifies the record's file.
+func (d *draRig) recordOf(t *testing.T, pod string) recordFile {
+	t.Helper()
+	claim, nics := d.claimNICs(t, pod)
+	return d.recordNames(t, pod, claim, nics)
+}
+
+// recordNames checks that the claim's record is on the node, for the
+// pod, and names nics (by PCI address, in order).
+func (d *draRig) recordNames(t *testing.T, pod, claim string, nics []rig.NIC) recordFile {
 	t.Helper()
 	p, err := cs.CoreV1().Pods("default").Get(ctx(t), pod, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, claims, err := drarecord.Dir(draRecordDir).PodDevices(string(p.UID))
+	uid := d.claimUID(t, claim)
+	rec, ok, err := drarecord.Dir(draRecordDir).Load(uid)
+	if err != nil || !ok {
+		t.Fatalf("pod %s: no record of its claim %s (%s) on the node (%v)", pod, claim, uid, err)
+	}
+	var got, want []string
+	for _, dev := range rec.Devices {
+		got = append(got, dev.PCIAddress)
+	}
+	for _, n := range nics {
+		want = append(want, n.PCI)
+	}
+	if rec.PodUID != string(p.UID) || !slices.Equal(got, want) {
+		t.Errorf("pod %s (%s): the record of claim %s is for pod %s and names %v, want %v", pod, p.UID, claim, rec.PodUID, got, want)
+	}
+	return statRecord(t, uid)
+}
+
+// recordFile is a record's file as the node has it: a record rewritten
+// (a second Prepare) has another inode.
+type recordFile struct {
+	ClaimUID string
+	Inode    uint64
+	Data     []byte
+}
+
+func statRecord(t *testing.T, claimUID string) recordFile {
+	t.Helper()
+	path := filepath.Join(draRecordDir, claimUID+".json")
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(claims) != n {
-		t.Errorf("pod %s: %d claim records on the node, want %d", pod, len(claims), n)
+	return recordFile{ClaimUID: claimUID, Inode: st.Ino, Data: data}
+}
+
+// sameRecord fails t unless the claim's record is the file it was, byte
+// for byte: nothing prepared the claim again.
+func sameRecord(t *testing.T, before recordFile, when string) {
+	t.Helper()
+	now := statRecord(t, before.ClaimUID)
+	if now.Inode != before.Inode || !bytes.Equal(now.Data, before.Data) {
+		t.Errorf("%s: the record of claim %s was written again: inode %d, was %d\nnow    %s\nbefore %s",
+			when, before.ClaimUID, now.Inode, before.Inode, now.Data, before.Data)
+	}
+}
+
+// noPrepareLogged fails t if the driver's log, in the DaemonSet pod of
+// this node, has a Prepare of the claim: kubelet did not ask again.
+func noPrepareLogged(t *testing.T, claimUID, when string) {
+	t.Helper()
+	p, err := waitDaemonSetPod(ctx(t), imageRepo+":"+newTag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cs.CoreV1().Pods(dsNamespace).GetLogs(p.Name, &corev1.PodLogOptions{Container: "dra"}).DoRaw(ctx(t))
+	if err != nil {
+		t.Fatalf("the dra container's log in %s: %v", p.Name, err)
+	}
+	for _, l := range strings.Split(string(out), "\n") {
+		if strings.Contains(l, "prepare: claim") && strings.Contains(l, "("+claimUID+")") {
+			t.Errorf("%s: the driver (pod %s) was asked to prepare claim %s again: %s", when, p.Name, claimUID, l)
+		}
+	}
+}
+
+// recordGone fails t unless the record directory is there and holds no
+// record of the claim.
+func recordGone(t *testing.T, claimUID string) {
+	t.Helper()
+	if st, err := os.Stat(draRecordDir); err != nil || !st.IsDir() {
+		t.Fatalf("the record directory %s: %v", draRecordDir, err)
+	}
+	if _, ok, err := drarecord.Dir(draRecordDir).Load(claimUID); ok || err != nil {
+		t.Errorf("the record of claim %s is still on the node (%v)", claimUID, err)
 	}
 }
 
@@ -514,7 +636,7 @@ func (d *draRig) recordsOf(t *testing.T, pod string, n int) {
 // home, its claim gone) it runs with rdma-dra-0's NICs.
 func (d *draRig) pendingUntilFree(t *testing.T) {
 	aClaim, aNICs := d.claimNICs(t, draConfPod)
-	aUID := d.claimUID(t, aClaim)
+	aUID := d.recordNames(t, draConfPod, aClaim, aNICs).ClaimUID
 	createPod(t, draPod("dra-c", draTemplate2, 2, 3))
 	msg := waitPending(t, "dra-c", 20*time.Second)
 	t.Logf("dra-c waits: %s", msg)
@@ -527,9 +649,7 @@ func (d *draRig) pendingUntilFree(t *testing.T) {
 	if err := claimGone(t, aClaim, time.Minute); err != nil {
 		t.Error(err)
 	}
-	if _, ok, err := drarecord.Dir(draRecordDir).Load(aUID); ok || err != nil {
-		t.Errorf("rdma-dra-0's claim record still on the node (%v)", err)
-	}
+	recordGone(t, aUID)
 	d.sliceUnchanged(t, "dra-c holding rdma-dra-0's NICs")
 }
 
@@ -615,14 +735,60 @@ func (d *draRig) raceForLastNIC(t *testing.T) {
 	d.sliceUnchanged(t, "after the race")
 }
 
+// A tenant with NET_ADMIN in its pod sets its NIC's alias (where
+// host-device keeps the host name, to rename the NIC on its way home) to
+// the host name of the NIC another pod holds, and is deleted first: its
+// NIC comes home under its own name, not the neighbour's, so the
+// neighbour's NIC comes home too when that pod is deleted. Both DELs
+// succeed at once (multus-shim's DEL exits 0 for each sandbox, never
+// non-zero), and the host has exactly its devices of before.
+func (d *draRig) aliasOfAnother(t *testing.T) {
+	const tenant, victim = "dra-alias", "dra-victim"
+	before := hostDevices(t)
+	createPod(t, draPod(victim, draOneTemplate, 1, 8))
+	p := draPod(tenant, draOneTemplate, 1, 9)
+	p.Spec.Containers[0].SecurityContext.Capabilities.Add = []corev1.Capability{"NET_ADMIN"}
+	createPod(t, p)
+	waitRunning(t, "default", victim, 4*time.Minute)
+	waitRunning(t, "default", tenant, 4*time.Minute)
+	vNIC := d.holds(t, victim, 1)[0]
+	tNIC := d.holds(t, tenant, 1)[0]
+	sandboxes := []string{sandboxOf(t, "default", tenant).Id, sandboxOf(t, "default", victim).Id}
+	if _, stderr, err := execIn(t, "default", tenant, "tools", rig.IPTool, "link", "set", "dev", "net1", "alias", vNIC.Netdev); err != nil {
+		t.Fatalf("%s: ip link set net1 alias %s: %v\n%s", tenant, vNIC.Netdev, err, stderr)
+	}
+	out, _, err := execIn(t, "default", tenant, "tools", "cat", "/sys/class/net/net1/ifalias")
+	if err != nil || strings.TrimSpace(out) != vNIC.Netdev {
+		t.Fatalf("%s: net1's alias is %q (%v), want %s", tenant, out, err, vNIC.Netdev)
+	}
+	t.Logf("%s set the alias of its NIC %s (%s) to %s, the host name of %s's NIC", tenant, tNIC.Netdev, tNIC.PCI, vNIC.Netdev, victim)
+	deletePod(t, "default", tenant, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+	waitNICsHome(t, []rig.NIC{tNIC})
+	deletePod(t, "default", victim, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+	waitNICsHome(t, []rig.NIC{tNIC, vNIC})
+	waitHostAsBefore(t, before)
+	for i, sb := range sandboxes {
+		exits, err := cririg.Exits("multus-shim", "DEL", sb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(exits) == 0 || slices.ContainsFunc(exits, func(e string) bool { return e != "rc=0" }) {
+			t.Errorf("%s's sandbox %s: multus-shim DEL exits %v, want only rc=0", []string{tenant, victim}[i], sb, exits)
+		}
+	}
+	d.sliceUnchanged(t, "after a tenant named its NIC after another's")
+}
+
 // The driver restarted (its DaemonSet pod deleted and replaced), then
 // kubelet, under dra-c holding two claimed NICs: the pod keeps its
 // sandbox, its NICs and its record, and the slice is unchanged; the
 // restarted driver publishes the devices dra-c holds, which the host no
-// longer shows.
+// longer shows. The record is the same file, byte for byte, and the new
+// driver's log has no Prepare of the claim: kubelet did not ask again.
 func (d *draRig) restarts(t *testing.T) {
 	sb := sandboxOf(t, "default", "dra-c").Id
 	before := d.holds(t, "dra-c", 2)
+	rec := d.recordOf(t, "dra-c")
 	old := d.waitDSContainers(true)
 	if err := cs.CoreV1().Pods(dsNamespace).Delete(ctx(t), old.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
@@ -668,13 +834,16 @@ func (d *draRig) restarts(t *testing.T) {
 	if after := d.holds(t, "dra-c", 2); !slices.Equal(after, before) {
 		t.Errorf("dra-c holds %s after the restarts, held %s", nicsText(after), nicsText(before))
 	}
-	d.recordsOf(t, "dra-c", 1)
+	sameRecord(t, rec, "after the driver's and kubelet's restarts")
+	noPrepareLogged(t, rec.ClaimUID, "after the driver's and kubelet's restarts")
 }
 
 // rdma-netns, the attach, absent from the node (its binary moved away):
-// a pod whose claim is allocated and prepared gets no sandbox, never
-// runs, says why in its events, and its NIC stays on the host; with the
-// binary back it starts with its NIC.
+// a pod whose claim is allocated and prepared (its record on the node,
+// naming the claim's NIC) gets no sandbox: kubelet's event says the
+// sandbox failed on network rdma-dra, no container ever starts, and its
+// NIC's netdev and RDMA device stay on the host; with the binary back it
+// starts with its NIC.
 func (d *draRig) attachAbsent(t *testing.T) {
 	const pod = "dra-noattach"
 	aside := cniBinary + ".e2e-aside"
@@ -692,19 +861,20 @@ func (d *draRig) attachAbsent(t *testing.T) {
 	}
 	t.Cleanup(restore)
 	createPod(t, draPod(pod, draOneTemplate, 1, 7))
-	msg := waitEvent(t, "default", pod, "rdma-netns")
-	t.Logf("without the attach: %s", msg)
-	_, nics := d.claimNICs(t, pod)
+	ev := waitEventReason(t, "default", pod, "FailedCreatePodSandBox", draNetwork)
+	t.Logf("without the attach: %s: %s", ev.Reason, ev.Message)
+	claim, nics := d.claimNICs(t, pod)
+	d.recordNames(t, pod, claim, nics)
 	for i := 0; i < 10; i++ {
 		p, err := cs.CoreV1().Pods("default").Get(ctx(t), pod, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if p.Status.Phase == corev1.PodRunning {
-			t.Fatalf("%s Running without rdma-netns on the node", pod)
+		if err := noContainerStarted(p); err != nil {
+			t.Fatalf("%s without rdma-netns on the node: %v", pod, err)
 		}
-		if !rig.HostHas(t, nics[0].RDMA) {
-			t.Fatalf("%s's NIC %s left the host without the attach", pod, nics[0].RDMA)
+		if away, err := rig.Missing(nics); err != nil || len(away) > 0 {
+			t.Fatalf("%s's NIC left the host without the attach: %v %v", pod, away, err)
 		}
 		time.Sleep(2 * time.Second)
 	}
@@ -712,7 +882,45 @@ func (d *draRig) attachAbsent(t *testing.T) {
 	waitRunning(t, "default", pod, 5*time.Minute)
 	d.holds(t, pod, 1)
 	deletePod(t, "default", pod, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
-	waitHome(t, nics[0].RDMA)
+	waitNICsHome(t, nics)
+}
+
+// noContainerStarted says what shows that a container of the pod ran:
+// the pod Running, or a container's state, last state or restart count.
+func noContainerStarted(p *corev1.Pod) error {
+	if p.Status.Phase != corev1.PodPending {
+		return fmt.Errorf("phase %s", p.Status.Phase)
+	}
+	for _, c := range append(slices.Clone(p.Status.InitContainerStatuses), p.Status.ContainerStatuses...) {
+		if c.State.Running != nil || c.State.Terminated != nil || c.LastTerminationState.Terminated != nil || c.RestartCount != 0 || c.Started != nil && *c.Started {
+			return fmt.Errorf("container %s started: state %+v, last %+v, restarts %d", c.Name, c.State, c.LastTerminationState, c.RestartCount)
+		}
+	}
+	return nil
+}
+
+// waitEventReason waits for an event of the object with that reason whose
+// message holds every one of want, and returns it.
+func waitEventReason(t *testing.T, ns, name, reason string, want ...string) corev1.Event {
+	t.Helper()
+	var found corev1.Event
+	err := cririg.Wait(2*time.Minute, fmt.Sprintf("a %s event of %s/%s saying %s", reason, ns, name, strings.Join(want, ", ")), func() (bool, error) {
+		list, err := cs.CoreV1().Events(ns).List(ctx(t), metav1.ListOptions{FieldSelector: "involvedObject.name=" + name + ",reason=" + reason})
+		if err != nil {
+			return false, err
+		}
+		for _, e := range list.Items {
+			if !slices.ContainsFunc(want, func(w string) bool { return !strings.Contains(e.Message, w) }) {
+				found = e
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("%v\nevents:\n%s", err, events(t, ns, name))
+	}
+	return found
 }
 
 // The driver absent (the chart back at its default, dra.enabled=false)
@@ -763,12 +971,61 @@ func (d *draRig) waitSliceUnchanged(t *testing.T) map[string]map[resourceapi.Qua
 }
 
 // Every pod deleted: every NIC and RDMA device home under its own name,
-// no claim record left on the node, the slice as it was.
+// the host's netdevs and RDMA devices exactly those it had before the
+// first pod, no claim record left on the node, the slice as it was.
 func (d *draRig) allHome(t *testing.T) {
 	deletePod(t, "default", "dra-c", metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
 	waitNICsHome(t, d.nics)
+	waitHostAsBefore(t, d.host)
 	waitNoClaimRecords(t)
 	d.sliceUnchanged(t, "every pod deleted")
+}
+
+// hostDevices is every netdev and RDMA device of the host's netns, as
+// "netdev:NAME" and "rdma:NAME", sorted.
+func hostDevices(t *testing.T) []string {
+	t.Helper()
+	links, err := rig.NetdevsIn("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	devs, err := rig.RDMAIn("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var all []string
+	for _, l := range links {
+		all = append(all, "netdev:"+l)
+	}
+	for _, r := range devs {
+		all = append(all, "rdma:"+r)
+	}
+	sort.Strings(all)
+	return all
+}
+
+// waitHostAsBefore waits for the host's netdevs and RDMA devices to be
+// exactly before: none missing, none renamed, none added.
+func waitHostAsBefore(t *testing.T, before []string) {
+	t.Helper()
+	var now []string
+	if err := cririg.Wait(time.Minute, "the host's netdevs and RDMA devices as before", func() (bool, error) {
+		now = hostDevices(t)
+		return slices.Equal(now, before), nil
+	}); err != nil {
+		var gone, added []string
+		for _, x := range before {
+			if !slices.Contains(now, x) {
+				gone = append(gone, x)
+			}
+		}
+		for _, x := range now {
+			if !slices.Contains(before, x) {
+				added = append(added, x)
+			}
+		}
+		t.Fatalf("%v: missing %v, not there before %v", err, gone, added)
+	}
 }
 
 // waitNICsHome waits for every NIC and its RDMA device to be on the host
@@ -787,16 +1044,24 @@ func waitNICsHome(t *testing.T, nics []rig.NIC) {
 	}
 }
 
-// waitNoClaimRecords waits for the node to hold no DRA claim record, and
-// fails t with what the directory holds if it does not come to that.
+// waitNoClaimRecords waits for the node's record directory to hold no
+// claim record, damaged or whole, and fails t with what it holds if it
+// does not come to that. The directory itself must be there: a driver
+// that wrote its records elsewhere would leave it empty too.
 func waitNoClaimRecords(t *testing.T) {
 	t.Helper()
+	var claims []*drarecord.Claim
+	var bad []string
 	if err := cririg.Wait(time.Minute, "no DRA claim record on the node", func() (bool, error) {
-		claims, _, err := drarecord.Dir(draRecordDir).List()
-		return err == nil && len(claims) == 0, err
+		st, err := os.Stat(draRecordDir)
+		if err != nil || !st.IsDir() {
+			return false, fmt.Errorf("the record directory %s: %v", draRecordDir, err)
+		}
+		claims, bad, err = drarecord.Dir(draRecordDir).List()
+		return err == nil && len(claims) == 0 && len(bad) == 0, err
 	}); err != nil {
 		out, _ := exec.Command("ls", "-l", draRecordDir).CombinedOutput()
-		t.Errorf("%v:\n%s", err, out)
+		t.Errorf("%v: %d records, damaged %v:\n%s", err, len(claims), bad, out)
 	}
 }
 
@@ -817,6 +1082,8 @@ type rebootDRA struct {
 	Pod, UID, Sandbox, Claim string
 	Devices                  []string
 	Slice                    map[string]map[resourceapi.QualifiedName]resourceapi.DeviceAttribute
+	// Record is the claim's record file at power-off.
+	Record recordFile
 }
 
 // draRebootNICs are the reboot's DRA NICs: not eth1 and eth2, which the
@@ -850,7 +1117,8 @@ func draBeforeReboot(t *testing.T) {
 	p := waitDeploymentPod(t, rebootDRADeployment, time.Time{})
 	nics := d.holds(t, p.Name, 2)
 	claim, _ := d.claimNICs(t, p.Name)
-	n := rebootDRA{Pod: p.Name, UID: string(p.UID), Sandbox: sandboxOf(t, "default", p.Name).Id, Claim: claim, Slice: d.slice}
+	n := rebootDRA{Pod: p.Name, UID: string(p.UID), Sandbox: sandboxOf(t, "default", p.Name).Id, Claim: claim, Slice: d.slice,
+		Record: d.recordOf(t, p.Name)}
 	for _, nic := range nics {
 		n.Devices = append(n.Devices, nic.RDMA)
 	}
@@ -902,10 +1170,14 @@ func draAfterReboot(t *testing.T) []string {
 		t.Errorf("pod %s holds %v after the reboot, held %v", p.Name, devs, n.Devices)
 	}
 	d.waitSliceUnchanged(t)
-	claims, _, err := drarecord.Dir(draRecordDir).List()
-	if err != nil || len(claims) != 1 || claims[0].PodUID != n.UID {
-		t.Errorf("DRA records after the reboot: %+v (%v), want the one of pod %s", claims, err, n.UID)
+	claims, bad, err := drarecord.Dir(draRecordDir).List()
+	if err != nil || len(claims) != 1 || claims[0].PodUID != n.UID || len(bad) > 0 {
+		t.Errorf("DRA records after the reboot: %+v, damaged %v (%v), want the one of pod %s", claims, bad, err, n.UID)
 	}
+	// The new sandbox's NICs came from the record written before the
+	// reset: the kubelet did not prepare the claim again.
+	sameRecord(t, n.Record, "after the reboot")
+	noPrepareLogged(t, n.Record.ClaimUID, "after the reboot")
 	return devs
 }
 

@@ -39,7 +39,8 @@ const (
 // ToolsBinaries are the RDMA tools of the workload image: Debian's
 // rdma-core userspace (verbs, rdma_cm) and perftest. With them the image
 // carries busybox, the verbs providers (rxe's among them) and every library
-// they load (toolsClosure).
+// they load (toolsClosure). iproute2's ip is there for what root in a pod
+// with NET_ADMIN can do to its links (busybox's ip cannot set an alias).
 //
 // The image is packed in the guest from the guest's own files rather than
 // on the host: vm-prepare.sh already put exactly this userspace, with its
@@ -49,6 +50,7 @@ var ToolsBinaries = []string{
 	"/usr/bin/ibv_devices", "/usr/bin/ibv_devinfo", "/usr/bin/ibv_rc_pingpong",
 	"/usr/bin/ib_write_bw", "/usr/bin/ib_read_bw", "/usr/bin/ib_send_lat",
 	"/usr/bin/rping", "/usr/bin/udaddy",
+	"/usr/sbin/ip",
 }
 
 // loader is the guest's dynamic loader, which lists what a program loads.

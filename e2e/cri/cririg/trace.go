@@ -112,6 +112,23 @@ func Calls() ([]Call, error) {
 	return calls, sc.Err()
 }
 
+// Exits are the exit statuses ("rc=0", "sig=TERM") the trace logged for
+// plugin's calls of command for the container, in order.
+func Exits(plugin, command, containerID string) ([]string, error) {
+	data, err := os.ReadFile(traceLog)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, l := range strings.Split(string(data), "\n") {
+		fs := strings.Fields(l)
+		if len(fs) == 4 && fs[0] == plugin && fs[1] == command+"-EXIT" && fs[2] == containerID {
+			out = append(out, fs[3])
+		}
+	}
+	return out, nil
+}
+
 // ResetCalls empties the trace log.
 func ResetCalls() error { return os.WriteFile(traceLog, nil, 0o644) }
 
