@@ -215,8 +215,9 @@ func waitNoClaims(t *testing.T) {
 	}
 }
 
-// noDRARecords fails t unless neither node has a claim record left: read
-// here for node 1, asked of its agent for node 2.
+// noDRARecords fails t unless both nodes have their record directory and
+// no claim record in it, whole or damaged: read here for node 1, asked of
+// its agent for node 2.
 func noDRARecords(t *testing.T) {
 	t.Helper()
 	for n := 1; n <= 2; n++ {
@@ -226,10 +227,10 @@ func noDRARecords(t *testing.T) {
 		// claim, which may come after the claim is gone from the API.
 		err := cririg.Wait(time.Minute, fmt.Sprintf("no DRA claim record on node %d", n), func() (bool, error) {
 			last, lastErr = netnsOf(ctx(t), n)
-			return lastErr == nil && len(last.DRARecords) == 0, nil
+			return lastErr == nil && last.DRADir && len(last.DRARecords) == 0, nil
 		})
 		if err != nil {
-			t.Errorf("%v: %s holds %v (%v)", err, draRecordDir, last.DRARecords, lastErr)
+			t.Errorf("%v: %s there %v, holds %v (%v)", err, draRecordDir, last.DRADir, last.DRARecords, lastErr)
 		}
 	}
 }

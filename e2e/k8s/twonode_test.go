@@ -113,6 +113,9 @@ type nodeNetns struct {
 	// drarecord.DefaultDir (their claims' UIDs; a damaged one by what is
 	// wrong with it): none once no pod holds a claim.
 	DRARecords []string `json:"draRecords"`
+	// DRADir: the record directory is there (the driver made it at its
+	// first Prepare): no record in a missing directory proves nothing.
+	DRADir bool `json:"draDir"`
 }
 
 func readNodeNetns() (nodeNetns, error) {
@@ -135,7 +138,12 @@ func readNodeNetns() (nodeNetns, error) {
 	}
 	return nodeNetns{Node: node.Name, BootID: strings.TrimSpace(string(boot)), RDMA: devs, Links: links,
 		Multus: strings.Contains(string(conf), `"multus-shim"`), Rails: node.Rails, ARPDefaults: node.ARPDefaults,
-		DRARecords: records}, nil
+		DRARecords: records, DRADir: isDir(draRecordDir)}, nil
+}
+
+func isDir(path string) bool {
+	st, err := os.Stat(path)
+	return err == nil && st.IsDir()
 }
 
 // draRecords are this node's claim records (nodeNetns.DRARecords).
