@@ -73,10 +73,10 @@ func TestDRA(t *testing.T) {
 		{"TwoNICsEach", d.twoNICsEach},
 		{"PendingUntilFree", d.pendingUntilFree},
 		{"RaceForTheLastNIC", d.raceForLastNIC},
-		{"AliasOfAnother", d.aliasOfAnother},
 		{"DriverAndKubeletRestart", d.restarts},
 		{"AttachAbsent", d.attachAbsent},
 		{"DriverAbsent", d.driverAbsent},
+		{"AliasOfAnother", d.aliasOfAnother},
 		{"AllHome", d.allHome},
 	})
 }
