@@ -18,11 +18,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 )
 
 // DefaultDir is beside the plugin's own state directory, on the node's
@@ -221,26 +223,93 @@ func (d Dir) Load(claimUID string) (c *Claim, ok bool, err error) {
 }
 
 func readClaim(path string) (*Claim, error) {
-	f, err := os.Open(path)
+	data, err := ReadRegular(path, maxRecordSize)
 	if err != nil {
 		return nil, err
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !st.Mode().IsRegular() || st.Size() > maxRecordSize {
-		return nil, fmt.Errorf("%s: not a regular file under %d bytes", path, maxRecordSize)
 	}
 	var c Claim
-	if err := json.NewDecoder(f).Decode(&c); err != nil {
+	if err := json.Unmarshal(data, &c); err != nil {
 		return nil, fmt.Errorf("%s: %v", path, err)
 	}
 	if err := c.Check(); err != nil {
 		return nil, fmt.Errorf("%s: %v", path, err)
 	}
 	return &c, nil
+}
+
+// ErrNotRegular is what ReadRegular returns, wrapped with the path, for
+// anything but a regular file.
+var ErrNotRegular = errors.New("not a regular file")
+
+// ReadRegular reads path, a regular file of at most limit bytes. Whoever
+// can write to a directory of records can put anything there under a
+// record's name, and every reader (the driver's Prepare, holding its
+// lock; the CNI plugin's ADD; the doctor; the exporter) must get an error
+// for it, not hang: opening a FIFO blocks until a writer comes, and a
+// device may do anything when opened. So it looks before it opens, and
+// refuses a symbolic link too, which nothing of ours writes and which
+// would let whoever planted it choose what is read. The open itself
+// neither blocks nor follows a link, and the opened file is looked at
+// again, in case it was swapped between the look and the open. A missing
+// file is an fs.ErrNotExist error.
+func ReadRegular(path string, limit int64) ([]byte, error) {
+	st, err := os.Lstat(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := regular(path, st, limit); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOFOLLOW, 0)
+	if errors.Is(err, syscall.ELOOP) {
+		return nil, fmt.Errorf("%s: %w (a symbolic link)", path, ErrNotRegular)
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if st, err = f.Stat(); err != nil {
+		return nil, err
+	}
+	if err := regular(path, st, limit); err != nil {
+		return nil, err
+	}
+	data, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", path, err)
+	}
+	if int64(len(data)) > limit {
+		return nil, fmt.Errorf("%s: larger than %d bytes", path, limit)
+	}
+	return data, nil
+}
+
+func regular(path string, st fs.FileInfo, limit int64) error {
+	if !st.Mode().IsRegular() {
+		return fmt.Errorf("%s: %w (%s)", path, ErrNotRegular, fileKind(st.Mode()))
+	}
+	if st.Size() > limit {
+		return fmt.Errorf("%s: larger than %d bytes", path, limit)
+	}
+	return nil
+}
+
+// fileKind names what a file that is not regular is, for the operator
+// who has to find out who put it there.
+func fileKind(m fs.FileMode) string {
+	switch {
+	case m&fs.ModeSymlink != 0:
+		return "a symbolic link"
+	case m&fs.ModeNamedPipe != 0:
+		return "a named pipe"
+	case m.IsDir():
+		return "a directory"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	case m&fs.ModeDevice != 0:
+		return "a device"
+	}
+	return "mode " + m.String()
 }
 
 // List reads every record, sorted by claim UID. A damaged record is

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"strings"
 	"sync"
 
 	"github.com/rdma-netns/rdma-netns/cmd/rdma-netns-dra/nics"
@@ -45,14 +46,16 @@ var _ kubeletplugin.DRAPlugin = (*Driver)(nil)
 
 // PrepareResourceClaims records each claim's NICs for its pod. A claim's
 // error fails only that claim's pod start: kubelet creates no sandbox,
-// so no pod starts without the NICs it asked for.
+// so no pod starts without the NICs it asked for, and it shows the error
+// in the pod's FailedPrepareDynamicResources event. So an error names
+// only what the claim's own pod may see.
 func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
-	var visible map[string]nics.NIC // scanned once, on the first claim that needs it
+	b := &batch{}
 	for _, c := range claims {
-		rec, err := d.prepare(c, &visible)
+		rec, err := d.prepare(c, b)
 		if err != nil {
 			d.Log.Printf("prepare: claim %s/%s (%s): refused: %v", c.Namespace, c.Name, c.UID, err)
 			out[c.UID] = kubeletplugin.PrepareResult{Err: err}
@@ -63,7 +66,66 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 	return out, nil
 }
 
-func (d *Driver) prepare(c *resourceapi.ResourceClaim, visible *map[string]nics.NIC) (*drarecord.Claim, error) {
+// batch is what one Prepare call learns once, on the first claim that
+// needs it, and shares among its claims.
+type batch struct {
+	// visible is the host's NICs by device name.
+	visible map[string]nics.NIC
+	// held is the NICs the claims' records hold, this batch's included.
+	held *holders
+}
+
+// holders finds the claim whose record holds a NIC, by the NIC's device
+// name or its PCI address (the identity; the name is derived from it).
+type holders struct {
+	byDevice, byPCI map[string]*drarecord.Claim
+}
+
+func (h *holders) add(c *drarecord.Claim) {
+	for _, dev := range c.Devices {
+		h.byDevice[dev.Device] = c
+		h.byDevice[slices.DeviceName(dev.PCIAddress)] = c
+		h.byPCI[strings.ToLower(dev.PCIAddress)] = c
+	}
+}
+
+// other is the claim other than uid that holds device (or the NIC at
+// pci, when known), nil when none.
+func (h *holders) other(uid types.UID, device, pci string) *drarecord.Claim {
+	for _, c := range []*drarecord.Claim{h.byDevice[device], h.byPCI[strings.ToLower(pci)]} {
+		if c != nil && c.ClaimUID != string(uid) {
+			return c
+		}
+	}
+	return nil
+}
+
+// held reads every claim's record once per batch. A damaged record holds
+// nothing: it must not keep pods from starting; the log and the doctor
+// name it.
+func (d *Driver) held(b *batch) (*holders, error) {
+	if b.held != nil {
+		return b.held, nil
+	}
+	recs, bad, err := d.Records.List()
+	if err != nil {
+		return nil, fmt.Errorf("reading the claims' records, which say which NICs are taken: %w", err)
+	}
+	for _, why := range bad {
+		d.Log.Printf("prepare: skipping a damaged record, it holds no NIC: %q (rdma-netns doctor reports it)", why)
+	}
+	b.held = &holders{byDevice: map[string]*drarecord.Claim{}, byPCI: map[string]*drarecord.Claim{}}
+	for _, c := range recs {
+		b.held.add(c)
+	}
+	return b.held, nil
+}
+
+func (d *Driver) prepare(c *resourceapi.ResourceClaim, b *batch) (*drarecord.Claim, error) {
+	results := ours(c)
+	if err := refuseAdminAccess(results); err != nil {
+		return nil, err
+	}
 	// kubelet asks again after its restart or a timeout of ours; the
 	// record answers, whatever the kernel shows now (the NIC may already
 	// be in the pod's netns).
@@ -78,7 +140,6 @@ func (d *Driver) prepare(c *resourceapi.ResourceClaim, visible *map[string]nics.
 	if err != nil {
 		return nil, err
 	}
-	results := ours(c)
 	rec := &drarecord.Claim{
 		Version:        drarecord.Version,
 		ClaimUID:       string(c.UID),
@@ -89,14 +150,29 @@ func (d *Driver) prepare(c *resourceapi.ResourceClaim, visible *map[string]nics.
 		PodNamespace:   c.Namespace,
 		PodName:        pod.Name,
 	}
-	if len(results) > 0 && *visible == nil {
-		*visible, err = d.scan()
+	if len(results) > 0 && b.visible == nil {
+		b.visible, err = d.scan()
 		if err != nil {
 			return nil, err
 		}
 	}
+	var held *holders
+	if len(results) > 0 {
+		if held, err = d.held(b); err != nil {
+			return nil, err
+		}
+	}
 	for _, r := range results {
-		n, ok := (*visible)[r.Device]
+		n, ok := b.visible[r.Device]
+		// The scheduler gives a NIC to one claim at a time, but a claim
+		// still recorded keeps it until Unprepare, even while the NIC is
+		// on the host (its pod's sandbox not started yet).
+		if h := held.other(c.UID, r.Device, n.PCIAddress); h != nil {
+			d.Log.Printf("prepare: claim %s/%s (%s): device %s (request %q) is held by claim %q/%q (%s) of pod %q/%q (%s)", c.Namespace, c.Name, c.UID,
+				r.Device, r.Request, h.ClaimNamespace, h.ClaimName, h.ClaimUID, h.PodNamespace, h.PodName, h.PodUID)
+			return nil, fmt.Errorf("device %s (request %q) is held by another claim on this node; the pod cannot start until that claim is released (its pod gone), then the kubelet's next try prepares it",
+				r.Device, r.Request)
+		}
 		if !ok {
 			return nil, fmt.Errorf("device %s (request %q) is not in the host's network namespace: held by another pod's netns, or gone from the node; "+
 				"the pod cannot start until it is back on the host", r.Device, r.Request)
@@ -109,9 +185,27 @@ func (d *Driver) prepare(c *resourceapi.ResourceClaim, visible *map[string]nics.
 	if err := d.Records.Write(rec); err != nil {
 		return nil, fmt.Errorf("writing the record for the CNI plugin: %w", err)
 	}
+	if held != nil {
+		held.add(rec)
+	}
 	d.Log.Printf("prepare: claim %s/%s (%s) for pod %s/%s (%s): recorded %s", c.Namespace, c.Name, c.UID,
 		rec.PodNamespace, rec.PodName, rec.PodUID, describe(rec.Devices))
 	return rec, nil
+}
+
+// refuseAdminAccess refuses a claim given a NIC of ours with adminAccess:
+// the scheduler gives such a request a device whoever holds it and still
+// counts the device free, but a NIC moves into one pod's netns, away from
+// the host and from any other pod.
+func refuseAdminAccess(results []resourceapi.DeviceRequestAllocationResult) error {
+	for _, r := range results {
+		if r.AdminAccess != nil && *r.AdminAccess {
+			return fmt.Errorf("request %q has device %s with adminAccess; a NIC of %s moves into one pod's network namespace, so it cannot be shared with an admin-access claim: "+
+				"read its state from the node instead (rdma-netns doctor, rdma-netns-exporter's metrics), or give the pod a claim of its own without adminAccess",
+				r.Request, r.Device, drarecord.DriverName)
+		}
+	}
+	return nil
 }
 
 // scan is the host's NICs by device name.

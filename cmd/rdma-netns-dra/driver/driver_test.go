@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log"
+	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/utils/ptr"
 )
 
 const pool = "node1"
@@ -174,5 +176,175 @@ func TestPrepareIgnoresOtherDrivers(t *testing.T) {
 	rec, _, err := dir.Load("claim-4")
 	if err != nil || rec == nil || len(rec.Devices) != 1 || rec.Devices[0].PCIAddress != fakesys.VirtioAddr {
 		t.Errorf("record %+v (err %v), want only %s", rec, err, fakesys.VirtioAddr)
+	}
+}
+
+func prepareBatch(t *testing.T, d *driver.Driver, cs ...*resourceapi.ResourceClaim) map[types.UID]kubeletplugin.PrepareResult {
+	t.Helper()
+	out, err := d.PrepareResourceClaims(context.Background(), cs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cs {
+		if _, ok := out[c.UID]; !ok {
+			t.Fatalf("no result for claim %s", c.UID)
+		}
+	}
+	return out
+}
+
+// tenant is a claim of another namespace, for the refusals that must not
+// name it.
+func tenant(uid string, results ...result) *resourceapi.ResourceClaim {
+	c := claim(uid, []string{"secret-pod"}, results...)
+	c.Namespace, c.Name = "tenant-a", "secret-claim"
+	return c
+}
+
+// wantHeldRefusal checks the refusal of a NIC another claim holds: it
+// names this claim's request and the device, and nothing of the holder.
+func wantHeldRefusal(t *testing.T, r kubeletplugin.PrepareResult, request, device string, holder *resourceapi.ResourceClaim) {
+	t.Helper()
+	if r.Err == nil {
+		t.Fatalf("Prepare = %+v, want a refusal of %s, held by another claim", r.Devices, device)
+	}
+	msg := r.Err.Error()
+	for _, want := range []string{"another claim on this node", device, `"` + request + `"`, "cannot start until"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("refusal %q does not say %q", msg, want)
+		}
+	}
+	for _, leak := range []string{holder.Namespace, holder.Name, string(holder.UID), "secret-pod"} {
+		if strings.Contains(msg, leak) {
+			t.Errorf("refusal %q names the other tenant's %q", msg, leak)
+		}
+	}
+}
+
+// An admin-access request gets a device whoever holds it, and the
+// scheduler still counts it free: a NIC of ours moves into one pod's
+// netns, so such a claim is refused, and nothing is recorded.
+func TestPrepareRefusesAdminAccess(t *testing.T) {
+	sys := fakesys.New(t)
+	dir := drarecord.Dir(t.TempDir())
+	c := claim("claim-5", []string{"pod-5"}, result{drarecord.DriverName, "watch", fakesys.MlxDevice})
+	c.Status.Allocation.Devices.Results[0].AdminAccess = ptr.To(true)
+	r := prepare(t, newDriver(sys.Root, dir), c)
+	if r.Err == nil {
+		t.Fatalf("Prepare = %+v, want an admin-access claim refused", r.Devices)
+	}
+	for _, want := range []string{"adminAccess", `"watch"`, fakesys.MlxDevice, "network namespace", "rdma-netns doctor", "without adminAccess"} {
+		if !strings.Contains(r.Err.Error(), want) {
+			t.Errorf("refusal %q does not say %q", r.Err, want)
+		}
+	}
+	if files := recordFiles(t, dir); len(files) != 0 {
+		t.Errorf("records %v written for a refused claim", files)
+	}
+
+	// Another driver's admin-access device beside an ordinary NIC of ours
+	// is not ours to judge.
+	ok := claim("claim-6", []string{"pod-6"}, result{"gpu.example.com", "gpu", "gpu-0"}, result{drarecord.DriverName, "nic", fakesys.MlxDevice})
+	ok.Status.Allocation.Devices.Results[0].AdminAccess = ptr.To(true)
+	ok.Status.Allocation.Devices.Results[1].AdminAccess = ptr.To(false)
+	if r := prepare(t, newDriver(sys.Root, dir), ok); r.Err != nil {
+		t.Errorf("Prepare of a claim with another driver's admin-access device: %v", r.Err)
+	}
+}
+
+// Two claims of one batch name the same NIC: the first is prepared, the
+// second refused, and only the first is recorded.
+func TestPrepareBatchOneClaimPerNIC(t *testing.T) {
+	sys := fakesys.New(t)
+	dir := drarecord.Dir(t.TempDir())
+	first := tenant("claim-a", result{drarecord.DriverName, "nics", fakesys.MlxDevice})
+	second := claim("claim-b", []string{"pod-b"}, result{drarecord.DriverName, "nic", fakesys.VirtioDevice}, result{drarecord.DriverName, "rail", fakesys.MlxDevice})
+	out := prepareBatch(t, newDriver(sys.Root, dir), first, second)
+	if out[first.UID].Err != nil {
+		t.Fatalf("first claim: %v", out[first.UID].Err)
+	}
+	wantHeldRefusal(t, out[second.UID], "rail", fakesys.MlxDevice, first)
+	if files := recordFiles(t, dir); len(files) != 1 || filepath.Base(files[0]) != "claim-a.json" {
+		t.Errorf("records %v, want only claim-a's", files)
+	}
+}
+
+// The record of a claim prepared by an earlier instance of the driver
+// (its restart: a new Driver over the same directory) holds the NIC while
+// it is still on the host (the pod's sandbox not started yet): a new claim
+// for it is refused; one for another NIC is not.
+func TestPrepareRefusesNICRecordedEarlier(t *testing.T) {
+	sys := fakesys.New(t)
+	dir := drarecord.Dir(t.TempDir())
+	holder := tenant("claim-a", result{drarecord.DriverName, "nics", fakesys.MlxDevice})
+	if r := prepare(t, newDriver(sys.Root, dir), holder); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	restarted := newDriver(sys.Root, dir)
+	wantHeldRefusal(t, prepare(t, restarted, claim("claim-b", []string{"pod-b"}, result{drarecord.DriverName, "nics", fakesys.MlxDevice})), "nics", fakesys.MlxDevice, holder)
+	if r := prepare(t, restarted, claim("claim-c", []string{"pod-c"}, result{drarecord.DriverName, "nics", fakesys.VirtioDevice})); r.Err != nil {
+		t.Errorf("Prepare of a free NIC: %v", r.Err)
+	}
+	if files := recordFiles(t, dir); len(files) != 2 {
+		t.Errorf("records %v, want claim-a's and claim-c's", files)
+	}
+}
+
+// kubelet prepares the same claim twice (in one batch, then again): its
+// own record is no conflict.
+func TestPrepareSameClaimTwice(t *testing.T) {
+	sys := fakesys.New(t)
+	dir := drarecord.Dir(t.TempDir())
+	d := newDriver(sys.Root, dir)
+	c := claim("claim-1", []string{"pod-1"}, result{drarecord.DriverName, "nics", fakesys.MlxDevice})
+	want := []kubeletplugin.Device{{Requests: []string{"nics"}, PoolName: pool, DeviceName: fakesys.MlxDevice}}
+	for round := 1; round <= 2; round++ {
+		r := prepareBatch(t, d, c, c)[c.UID]
+		if r.Err != nil || !reflect.DeepEqual(r.Devices, want) {
+			t.Errorf("round %d: Prepare = %+v (err %v), want %+v", round, r.Devices, r.Err, want)
+		}
+	}
+	if files := recordFiles(t, dir); len(files) != 1 {
+		t.Errorf("records %v, want one", files)
+	}
+}
+
+// A damaged record beside the whole ones blocks no pod: it holds no NIC.
+func TestPrepareSkipsDamagedRecord(t *testing.T) {
+	sys := fakesys.New(t)
+	dir := drarecord.Dir(t.TempDir())
+	if err := os.WriteFile(filepath.Join(string(dir), "claim-x.json"), []byte(`{"version":1,"claimUID":`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r := prepare(t, newDriver(sys.Root, dir), claim("claim-1", []string{"pod-1"}, result{drarecord.DriverName, "nics", fakesys.MlxDevice})); r.Err != nil {
+		t.Errorf("Prepare beside a damaged record: %v", r.Err)
+	}
+}
+
+// A FIFO named like a record must not hang Prepare, which holds the
+// driver's lock (every later Prepare and Unprepare would wait for good):
+// as another claim's record it is skipped, as the claim's own it fails
+// that claim alone.
+func TestPrepareFIFOInRecordDir(t *testing.T) {
+	sys := fakesys.New(t)
+	dir := drarecord.Dir(t.TempDir())
+	fakesys.FIFO(t, filepath.Join(string(dir), "claim-x.json"))
+	fakesys.FIFO(t, filepath.Join(string(dir), "claim-2.json"))
+	d := newDriver(sys.Root, dir)
+	mine := claim("claim-2", []string{"pod-2"}, result{drarecord.DriverName, "nics", fakesys.VirtioDevice})
+	other := claim("claim-1", []string{"pod-1"}, result{drarecord.DriverName, "nics", fakesys.MlxDevice})
+	var out map[types.UID]kubeletplugin.PrepareResult
+	var err error
+	fakesys.Within(t, "Prepare beside a FIFO", func() {
+		out, err = d.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{mine, other})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := out[mine.UID]; r.Err == nil || !strings.Contains(r.Err.Error(), "not a regular file") {
+		t.Errorf("Prepare of the claim whose record is a FIFO: %+v, %v; want a refusal", r.Devices, r.Err)
+	}
+	if r := out[other.UID]; r.Err != nil {
+		t.Errorf("Prepare of a claim beside a FIFO: %v", r.Err)
 	}
 }

@@ -38,6 +38,9 @@ const (
 	inventoryDir                             = "devices"
 	inventoryFile                            = "inventory"
 	inventoryPerm                            = 0o600
+	// maxInventorySize bounds what Load reads: a node's NICs, a few
+	// hundred bytes each.
+	maxInventorySize = 4 << 20
 )
 
 // DeviceName is the slice's name for the NIC at a PCI address:
@@ -74,21 +77,25 @@ func (s Store) path() string {
 	return filepath.Join(dir, inventoryDir, inventoryFile)
 }
 
-// Load reads the last-seen NICs; none when there is no file yet.
+// Load reads the last-seen NICs; none when there is no file yet. It
+// reads as the records are read (drarecord.ReadRegular): a FIFO or a link
+// in the file's place must fail the round, not block the publisher.
 func (s Store) Load() (map[string]nics.NIC, error) {
-	b, err := os.ReadFile(s.path())
+	b, err := drarecord.ReadRegular(s.path(), maxInventorySize)
 	if errors.Is(err, fs.ErrNotExist) {
 		return map[string]nics.NIC{}, nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("reading the inventory: %v; %s", err, removeIt)
 	}
 	m := map[string]nics.NIC{}
 	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, fmt.Errorf("%s: %v; remove it and the driver writes it again from the next scan (held NICs stay published from the claims' records)", s.path(), err)
+		return nil, fmt.Errorf("%s: %v; %s", s.path(), err, removeIt)
 	}
 	return m, nil
 }
+
+const removeIt = "remove it and the driver writes it again from the next scan (held NICs stay published from the claims' records)"
 
 // Save replaces the file atomically: a crash mid-write must not lose the
 // held NICs.

@@ -1,7 +1,10 @@
 package slices_test
 
 import (
+	"os"
+	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/rdma-netns/rdma-netns/cmd/rdma-netns-dra/internal/fakesys"
@@ -183,5 +186,38 @@ func TestSharedModePublishesNothing(t *testing.T) {
 func TestDeviceName(t *testing.T) {
 	if got := slices.DeviceName("0000:3B:00.1"); got != "pci-0000-3b-00-1" {
 		t.Errorf("DeviceName = %q, want pci-0000-3b-00-1", got)
+	}
+}
+
+// The inventory beside the records is read as they are: a FIFO or a
+// symbolic link in its place fails the round with a reason, never blocks
+// it (the publisher would stop for good) nor is followed.
+func TestInventoryNotARegularFile(t *testing.T) {
+	sys := fakesys.New(t)
+	for name, plant := range map[string]func(t *testing.T, path string){
+		"fifo": func(t *testing.T, path string) { fakesys.FIFO(t, path) },
+		"symlink": func(t *testing.T, path string) {
+			good := drarecord.Dir(t.TempDir())
+			refresh(t, sys.Root, good)
+			if err := os.Symlink(filepath.Join(string(good), "devices", "inventory"), path); err != nil {
+				t.Fatal(err)
+			}
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := drarecord.Dir(t.TempDir())
+			path := filepath.Join(string(dir), "devices", "inventory")
+			if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+				t.Fatal(err)
+			}
+			plant(t, path)
+			var err error
+			fakesys.Within(t, "Refresh with a "+name+" for the inventory", func() {
+				_, _, err = slices.Refresh(nics.Scanner{Root: sys.Root}, dir)
+			})
+			if err == nil || !strings.Contains(err.Error(), "not a regular file") || !strings.Contains(err.Error(), "remove it") {
+				t.Errorf("Refresh: %v; want a refusal saying it is not a regular file and to remove it", err)
+			}
+		})
 	}
 }
