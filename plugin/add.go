@@ -96,6 +96,9 @@ func (c *call) moveRDMA(req config.PodRequest, podName string) error {
 	if err := c.openStore(); err != nil {
 		return err
 	}
+	// The pod's netdev is read once, before any lock: resolution takes
+	// the device behind it, the record its alias (hostNetdev).
+	c.netdev(c.args.IfName)
 	unlock, err := c.lockAttachment()
 	if err != nil {
 		return err
@@ -200,6 +203,7 @@ func (c *call) newRecord(dev target, podName string) *state.Record {
 	if podName != dev.Name {
 		rec.PodName = podName
 	}
+	rec.HostNetdev, rec.NetdevParent = c.hostNetdev()
 	return rec
 }
 

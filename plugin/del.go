@@ -163,11 +163,14 @@ func (c *call) release(rec *state.Record, netnsPath string) error {
 	}
 	// One visit to the pod: the device is looked for under its pod-side
 	// name, then under its host name (an ADD or DEL killed between the
-	// move and the rename left it so), renamed back and moved.
-	found, err := c.p.Kernel.Release(netnsPath, rec.Device, rec.PodName)
+	// move and the rename left it so), renamed back and moved; then the
+	// NIC gets back what host-device's DEL goes by.
+	nic := c.nicOf(rec)
+	found, fix, err := c.p.Kernel.Release(netnsPath, rec.Device, rec.PodName, nic)
 	if err != nil {
 		return fmt.Errorf("%v; the attachment record is kept, retry DEL", err)
 	}
+	c.logNICFix(nic, fix)
 	if !found {
 		c.log.Infof("RDMA device %s is not in netns %s (already back in the host, or gone)", rec.InPod(), netnsPath)
 		return c.restoreHostName(rec)

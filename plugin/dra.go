@@ -156,6 +156,7 @@ func (c *call) withClaimedNIC(attach func() error) error {
 	if err != nil {
 		return err
 	}
+	c.claimed = &dev
 	ctx := context.Background()
 	res, err := c.p.delegate().Add(ctx, hostDevice, c.delegateConf(dev.PCIAddress, ""))
 	if err != nil {

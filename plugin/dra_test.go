@@ -26,8 +26,9 @@ const (
 type delegated struct {
 	verb, plugin string
 	conf         map[string]any
-	// rxe2 is where the fake kernel had RDMA device rxe2 at the call.
-	rxe2 string
+	// rxe2 is where the fake kernel had RDMA device rxe2 at the call,
+	// links the pod's netdevs (fakeKernel.links).
+	rxe2, links string
 }
 
 // fakeDelegate stands in for host-device (and an IPAM plugin): it records
@@ -41,20 +42,27 @@ type fakeDelegate struct {
 	delErr error
 }
 
-func (d *fakeDelegate) record(verb, plugin string, conf []byte) {
+func (d *fakeDelegate) record(verb, plugin string, conf []byte) map[string]any {
 	var m map[string]any
 	if err := json.Unmarshal(conf, &m); err != nil {
 		panic(err)
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.calls = append(d.calls, delegated{verb, plugin, m, d.k.location("rxe2")})
+	d.calls = append(d.calls, delegated{verb, plugin, m, d.k.location("rxe2"), d.k.links(d.p.path())})
+	return m
 }
 
 func (d *fakeDelegate) Add(_ context.Context, plugin string, conf []byte) (types.Result, error) {
-	d.record("ADD", plugin, conf)
+	m := d.record("ADD", plugin, conf)
 	if d.addErr != nil {
 		return nil, d.addErr
+	}
+	// host-device moves the NIC, where the fake kernel has one there.
+	if pci, _ := m["pciBusID"].(string); plugin == hostDevice && pci != "" {
+		if _, err := d.k.hostDeviceAdd(pci, d.p.path(), d.p.ifName); err != nil {
+			return nil, err
+		}
 	}
 	return &current.Result{CNIVersion: "1.1.0",
 		Interfaces: []*current.Interface{{Name: d.p.ifName, Sandbox: d.p.path(), Mac: "02:00:00:00:00:05"}},
@@ -63,8 +71,12 @@ func (d *fakeDelegate) Add(_ context.Context, plugin string, conf []byte) (types
 }
 
 func (d *fakeDelegate) Del(_ context.Context, plugin string, conf []byte) error {
-	d.record("DEL", plugin, conf)
-	return d.delErr
+	m := d.record("DEL", plugin, conf)
+	if d.delErr != nil || plugin != hostDevice {
+		return d.delErr
+	}
+	dev, _ := m["device"].(string)
+	return d.k.hostDeviceDel(d.p.path(), dev)
 }
 
 func mustCIDR(s string) net.IPNet {
@@ -76,11 +88,18 @@ func mustCIDR(s string) net.IPNet {
 	return *n
 }
 
-// draEnv is a node where the DRA driver prepared rxe1's NIC (0000:00:04.0)
-// and rxe2's (0000:00:05.0) for draPod's claim "nics", and mlx5_0's NIC
-// for another pod's request "secret".
+// draEnv is a node where the DRA driver prepared rxe1's NIC (0000:00:04.0,
+// eth1) and rxe2's (0000:00:05.0, eth2) for draPod's claim "nics", and
+// mlx5_0's NIC (ens1f0) for another pod's request "secret".
 func draEnv(t *testing.T) (*env, pod, *fakeDelegate, string) {
 	e := newEnv(t)
+	for _, l := range []fakeNetdev{
+		{name: "eth1", bus: "virtio", parent: "virtio1", pci: "0000:00:04.0"},
+		{name: "eth2", bus: "virtio", parent: "virtio2", pci: "0000:00:05.0"},
+		{name: "ens1f0", bus: "pci", parent: "0000:3b:00.0", pci: "0000:3b:00.0"},
+	} {
+		e.kernel.addNetdev(l)
+	}
 	p := e.newPod("c1", "net1", "", "")
 	d := &fakeDelegate{k: e.kernel, p: p}
 	e.plugin.Delegate = d
@@ -88,11 +107,11 @@ func draEnv(t *testing.T) (*env, pod, *fakeDelegate, string) {
 	rec := drarecord.Dir(dir)
 	for _, c := range []*drarecord.Claim{
 		{Version: 1, ClaimUID: "claim-1", ClaimName: "p-nics-x", PodClaimName: "nics", PodUID: draPod, Devices: []drarecord.Device{
-			{Request: "nics", PCIAddress: "0000:00:04.0", Device: "pci-0000-00-04-0", Pool: "node1"},
-			{Request: "nics", PCIAddress: "0000:00:05.0", Device: "pci-0000-00-05-0", Pool: "node1"},
+			{Request: "nics", PCIAddress: "0000:00:04.0", Device: "pci-0000-00-04-0", Pool: "node1", Netdev: "eth1"},
+			{Request: "nics", PCIAddress: "0000:00:05.0", Device: "pci-0000-00-05-0", Pool: "node1", Netdev: "eth2"},
 		}},
 		{Version: 1, ClaimUID: "claim-2", ClaimName: "q-x", PodClaimName: "x", PodUID: otherPod, Devices: []drarecord.Device{
-			{Request: "secret", PCIAddress: "0000:3b:00.0", Device: "pci-0000-3b-00-0", Pool: "node1"},
+			{Request: "secret", PCIAddress: "0000:3b:00.0", Device: "pci-0000-3b-00-0", Pool: "node1", Netdev: "ens1f0"},
 		}},
 	} {
 		if err := rec.Write(c); err != nil {

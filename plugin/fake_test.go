@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -31,7 +32,7 @@ type fakeKernel struct {
 	mode    string
 	modeErr error
 	where   map[string]string
-	parents map[string][2]string // "netns/ifname" -> bus, device
+	netdevs []*fakeNetdev
 	moves   int
 	// index is each device's kernel index, kept across moves and renames;
 	// hinted counts the moves that came with the right index as a hint.
@@ -59,7 +60,7 @@ type fakeKernel struct {
 }
 
 func newFakeKernel(devs ...string) *fakeKernel {
-	k := &fakeKernel{mode: rdmans.ModeExclusive, where: map[string]string{}, parents: map[string][2]string{}, qos: map[string]roceqos.Settings{},
+	k := &fakeKernel{mode: rdmans.ModeExclusive, where: map[string]string{}, qos: map[string]roceqos.Settings{},
 		ports: map[string]string{}, sysParent: map[string]string{}, index: map[string]uint32{}}
 	for _, d := range devs {
 		k.where[d] = ""
@@ -149,7 +150,15 @@ func (k *fakeKernel) MoveToHost(dev, nsPath string) error {
 }
 
 // Release is the kernel's answer to rdmans.Release, from the primitives.
-func (k *fakeKernel) Release(nsPath, hostName, podName string) (bool, error) {
+func (k *fakeKernel) Release(nsPath, hostName, podName string, nic rdmans.NIC) (bool, rdmans.NICFix, error) {
+	found, err := k.releaseRDMA(nsPath, hostName, podName)
+	if err != nil || nic.HostName == "" {
+		return found, rdmans.NICFix{}, err
+	}
+	return found, k.restoreNIC(nsPath, nic), nil
+}
+
+func (k *fakeKernel) releaseRDMA(nsPath, hostName, podName string) (bool, error) {
 	name := hostName
 	if podName != "" && podName != hostName {
 		if in, err := k.InNetns(nsPath, podName); err != nil {
@@ -235,15 +244,161 @@ func (k *fakeKernel) sync() {
 	}
 }
 
-func (k *fakeKernel) NetdevParent(nsPath, ifName string) (string, string, error) {
+func (k *fakeKernel) Netdev(nsPath, ifName string) (rdmans.Netdev, error) {
 	if err := checkNetns(nsPath); err != nil {
-		return "", "", err
+		return rdmans.Netdev{}, err
 	}
-	p, ok := k.parents[nsPath+"/"+ifName]
-	if !ok {
-		return "", "", fmt.Errorf("failed to find netdev %s in netns %s", ifName, nsPath)
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	l := k.link(nsPath, ifName)
+	if l == nil {
+		return rdmans.Netdev{}, fmt.Errorf("failed to find netdev %s in netns %s", ifName, nsPath)
 	}
-	return p[0], p[1], nil
+	return rdmans.Netdev{ParentBus: l.bus, Parent: l.parent, Alias: l.alias}, nil
+}
+
+// restoreNIC is rdmans.Netlink.RestoreNIC on the fake's netdevs, which
+// link is the NIC decided by rdmans.FindNIC.
+func (k *fakeKernel) restoreNIC(nsPath string, nic rdmans.NIC) rdmans.NICFix {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	var links []*fakeNetdev
+	var ids []rdmans.LinkID
+	for _, l := range k.netdevs {
+		if l.netns == nsPath {
+			links = append(links, l)
+			ids = append(ids, rdmans.LinkID{Name: l.name, Parent: l.parentID()})
+		}
+	}
+	own, holder := rdmans.FindNIC(ids, nic)
+	if own < 0 {
+		return rdmans.NICFix{}
+	}
+	fix := rdmans.NICFix{Found: true}
+	l := links[own]
+	if l.name != nic.IfName {
+		if holder >= 0 {
+			aside := links[holder]
+			aside.name, aside.up = k.freeName(nsPath, "rn-aside%d"), false
+			fix.Aside = aside.name
+		}
+		fix.Name = l.name
+		l.name, l.up = nic.IfName, false
+	}
+	if l.alias != nic.HostName {
+		fix.Realiased, fix.Alias, l.alias = true, l.alias, nic.HostName
+	}
+	return fix
+}
+
+// freeName is the kernel's first free name of pattern in nsPath. Call
+// with k.mu held.
+func (k *fakeKernel) freeName(nsPath, pattern string) string {
+	for i := 0; ; i++ {
+		if name := fmt.Sprintf(pattern, i); k.link(nsPath, name) == nil {
+			return name
+		}
+	}
+}
+
+// fakeNetdev is a netdev of the fake kernel: the netns it is in ("" the
+// host), its name and alias, the device behind it (bus and name, "" for a
+// virtual one) and the PCI function host-device finds it by.
+type fakeNetdev struct {
+	netns, name, alias string
+	bus, parent, pci   string
+	up                 bool
+}
+
+func (l *fakeNetdev) parentID() string {
+	if l.parent == "" {
+		return ""
+	}
+	return l.bus + "/" + l.parent
+}
+
+// addNetdev puts a netdev into the fake kernel.
+func (k *fakeKernel) addNetdev(l fakeNetdev) *fakeNetdev {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.netdevs = append(k.netdevs, &l)
+	return &l
+}
+
+// link is the netdev called name in nsPath, nil if none. Call with k.mu
+// held.
+func (k *fakeKernel) link(nsPath, name string) *fakeNetdev {
+	for _, l := range k.netdevs {
+		if l.netns == nsPath && l.name == name {
+			return l
+		}
+	}
+	return nil
+}
+
+// setLink changes the link called name in nsPath as root in the pod can
+// (ip link set ... name/alias/up).
+func (k *fakeKernel) setLink(nsPath, name string, change func(l *fakeNetdev)) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	l := k.link(nsPath, name)
+	if l == nil {
+		panic("no link " + name + " in " + nsPath)
+	}
+	change(l)
+}
+
+// links describes the netdevs in nsPath, sorted: "name[alias]@bus/parent".
+func (k *fakeKernel) links(nsPath string) string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	var s []string
+	for _, l := range k.netdevs {
+		if l.netns == nsPath {
+			s = append(s, fmt.Sprintf("%s[%s]@%s", l.name, l.alias, l.parentID()))
+		}
+	}
+	sort.Strings(s)
+	return strings.Join(s, " ")
+}
+
+// hostDeviceAdd does what host-device's ADD does to the NIC of PCI
+// function pci: it moves it from the host into nsPath as ifName, up, with
+// its host name in its alias. found is false when the host has no such
+// NIC.
+func (k *fakeKernel) hostDeviceAdd(pci, nsPath, ifName string) (found bool, err error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, l := range k.netdevs {
+		if l.netns != "" || l.pci != pci {
+			continue
+		}
+		if k.link(nsPath, ifName) != nil {
+			return true, fmt.Errorf("failed to move %q (host: %q) to container NS: file exists", ifName, l.name)
+		}
+		l.netns, l.alias, l.name, l.up = nsPath, l.name, ifName, true
+		return true, nil
+	}
+	return false, nil
+}
+
+// hostDeviceDel does what host-device's DEL does (moveLinkOut): it takes
+// the link called ifName out of nsPath, renames it to its alias and moves
+// it into the host, down; the host must not have that name already.
+func (k *fakeKernel) hostDeviceDel(nsPath, ifName string) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	l := k.link(nsPath, ifName)
+	switch {
+	case l == nil:
+		return fmt.Errorf("failed to find %q in containerNS: Link not found", ifName)
+	case l.alias == "":
+		return fmt.Errorf("failed to find original ifname for %q (alias is not set)", ifName)
+	case k.link("", l.alias) != nil:
+		return fmt.Errorf("failed to move %q to hostNS: file exists", l.alias)
+	}
+	l.netns, l.name, l.alias, l.up = "", l.alias, "", false
+	return nil
 }
 
 func (k *fakeKernel) ApplyQoS(nsPath, dev string, s roceqos.Settings) error {
@@ -292,6 +447,13 @@ func (k *fakeKernel) destroy(nsPath string) {
 			k.where[d] = ""
 		}
 	}
+	var kept []*fakeNetdev
+	for _, l := range k.netdevs {
+		if l.netns != nsPath {
+			kept = append(kept, l)
+		}
+	}
+	k.netdevs = kept
 	k.sync()
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 
 	"github.com/rdma-netns/rdma-netns/pkg/config"
+	"github.com/rdma-netns/rdma-netns/pkg/drarecord"
 	"github.com/rdma-netns/rdma-netns/pkg/inventory"
 	"github.com/rdma-netns/rdma-netns/pkg/logging"
 	"github.com/rdma-netns/rdma-netns/pkg/rdmadev"
@@ -39,13 +40,17 @@ type Kernel interface {
 	MoveToHost(dev, nsPath string) error
 	// Release returns the device from nsPath under hostName, renaming it
 	// back first when it carries podName there; found is false when the
-	// pod has it under neither name.
-	Release(nsPath, hostName, podName string) (found bool, err error)
+	// pod has it under neither name. In the same visit to the pod it
+	// readies the pod's NIC for host-device's DEL as nic asks
+	// (rdmans.Netlink.RestoreNIC; the zero NIC asks nothing).
+	Release(nsPath, hostName, podName string, nic rdmans.NIC) (found bool, fix rdmans.NICFix, err error)
 	// DeviceOfNetdev names the RDMA device in the netns at nsPath whose
 	// port is bound to netdev ifName, "" if none.
 	DeviceOfNetdev(nsPath, ifName string) (string, error)
 	Rename(nsPath, from, to string) error
-	NetdevParent(nsPath, ifName string) (bus, name string, err error)
+	// Netdev reads the netdev ifName in the netns at nsPath: the device
+	// behind it and its alias.
+	Netdev(nsPath, ifName string) (rdmans.Netdev, error)
 	ApplyQoS(nsPath, dev string, s roceqos.Settings) error
 	VerifyQoS(nsPath, dev string, s roceqos.Settings) error
 	ClearQoS(dev string) error
@@ -101,6 +106,11 @@ type call struct {
 	hostDevs []rdmadev.Device
 	// netnsID identifies CNI_NETNS on ADD.
 	netnsID inventory.NetnsID
+	// podLink is the pod's netdev as ADD read it, once (call.netdev).
+	podLink *podLink
+	// claimed is the NIC the pod's claim gave this attachment, in dra
+	// mode's ADD.
+	claimed *drarecord.Device
 }
 
 // newCall parses the configuration; withResult also converts prevResult,

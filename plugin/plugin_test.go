@@ -41,7 +41,7 @@ func (e *env) newPod(id, ifName, bus, parent string) pod {
 		testutils.UnmountNS(n)
 	})
 	if parent != "" || bus != "" {
-		e.kernel.parents[n.Path()+"/"+ifName] = [2]string{bus, parent}
+		e.kernel.addNetdev(fakeNetdev{netns: n.Path(), name: ifName, bus: bus, parent: parent})
 	}
 	return pod{ns: n, id: id, ifName: ifName}
 }
@@ -318,7 +318,7 @@ func TestAddRefusals(t *testing.T) {
 			want: []string{"shared netns mode", "options ib_core netns_mode=0", "rdma system set netns exclusive", "allowSharedMode"}},
 		{name: "no RDMA subsystem", setup: func(e *env, _ pod) { e.kernel.modeErr = errors.New("protocol not supported") },
 			want: []string{"cannot read the RDMA netns mode", "ib_core"}},
-		{name: "veth without parent", setup: func(e *env, p pod) { e.kernel.parents[p.path()+"/"+p.ifName] = [2]string{"", ""} },
+		{name: "veth without parent", setup: func(e *env, p pod) { l := e.kernel.link(p.path(), p.ifName); l.bus, l.parent = "", "" },
 			want: []string{"netdev net1", "no parent device", "rdmaDevice"}},
 		{name: "netdev without RDMA device", setup: func(e *env, _ pod) {
 			e.tree.PCI("pci0000:00/0000:00:06.0")

@@ -206,7 +206,7 @@ func TestSandboxIDReusedWithNewNetns(t *testing.T) {
 	path := p.path()
 	e.deleteNetns(p)
 	mountNewNetnsAt(t, path)
-	e.kernel.parents[path+"/net1"] = [2]string{"virtio", "virtio1"}
+	e.kernel.addNetdev(fakeNetdev{netns: path, name: "net1", bus: "virtio", parent: "virtio1"})
 	if _, err := e.add(p, conf, ""); err != nil {
 		t.Fatal(err)
 	}

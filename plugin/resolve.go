@@ -84,10 +84,11 @@ func (c *call) granted(recs []*state.Record) (target, error) {
 	if err != nil {
 		return target{}, err
 	}
-	bus, parent, err := c.p.Kernel.NetdevParent(c.args.Netns, ifName)
+	nd, err := c.netdev(ifName)
 	if err != nil {
 		return target{}, err
 	}
+	bus, parent := nd.ParentBus, nd.Parent
 	if parent == "" {
 		return target{}, fmt.Errorf("netdev %s in the pod has no parent device (a virtual interface such as veth?), so no RDMA device belongs to it; chain rdma-netns after a plugin that moves a physical NIC or VF (host-device, sriov), or name the device with rdmaDevice", ifName)
 	}

@@ -435,10 +435,10 @@ func inProcess(rep *report, pod *rig.Pod, netdev, dev string, floorIn, floorOut 
 			}
 			return nil
 		}},
-		{"NetdevParent (setns + netlink)", func() error {
-			bus, name, err := k.NetdevParent(pod.Path(), netdev)
+		{"Netdev (setns + netlink)", func() error {
+			nd, err := k.Netdev(pod.Path(), netdev)
 			if err == nil {
-				parentPath, err = sys.BusDevicePath(bus, name)
+				parentPath, err = sys.BusDevicePath(nd.ParentBus, nd.Parent)
 			}
 			return err
 		}},

@@ -210,31 +210,45 @@ func (Netlink) MoveToHost(name, nsPath string) error {
 // hostName, renames it back when it carries podName, and moves it. The
 // kernel keeps a device's index across renames and moves, so the index
 // from the dump serves every request. found is false, with no error, when
-// the pod has the device under neither name.
-func (Netlink) Release(nsPath, hostName, podName string) (found bool, err error) {
+// the pod has the device under neither name. With nic.HostName set, the
+// same visit then readies the pod's NIC for host-device's DEL
+// (RestoreNIC), wherever the device was.
+func (Netlink) Release(nsPath, hostName, podName string, nic NIC) (found bool, fix NICFix, err error) {
 	err = podns.Do(nsPath, func(t podns.Thread) error {
-		return withRDMA(func(h *netlink.Handle) error {
-			devs, err := devices(h)
-			if err != nil {
-				return fmt.Errorf("cannot list the RDMA devices in netns %s: %v", nsPath, err)
-			}
-			d, asPodName := pick(devs, hostName, podName)
-			if d == nil {
-				return nil
-			}
-			found = true
-			if asPodName {
-				if err := h.RdmaLinkSetName(d, hostName); err != nil {
-					return fmt.Errorf("cannot restore the name of RDMA device %s (called %s in the pod): %v", hostName, podName, classify(err))
-				}
-			}
-			if err := h.RdmaLinkSetNsFd(d, uint32(t.From)); err != nil {
-				return fmt.Errorf("failed to move RDMA device %s from netns %s back to the host: %v", hostName, nsPath, classify(err))
-			}
-			return nil
+		err := withRDMA(func(h *netlink.Handle) error {
+			found, err = release(h, t, nsPath, hostName, podName)
+			return err
 		})
+		if err != nil || nic.HostName == "" {
+			return err
+		}
+		if fix, err = restoreNIC(nic); err != nil {
+			return fmt.Errorf("cannot give NIC %s back its host name %s in netns %s for host-device: %v", nic.IfName, nic.HostName, nsPath, err)
+		}
+		return nil
 	}, podns.CallerThread())
-	return found, err
+	return found, fix, err
+}
+
+// release is Release's RDMA part, in the pod's netns.
+func release(h *netlink.Handle, t podns.Thread, nsPath, hostName, podName string) (found bool, err error) {
+	devs, err := devices(h)
+	if err != nil {
+		return false, fmt.Errorf("cannot list the RDMA devices in netns %s: %v", nsPath, err)
+	}
+	d, asPodName := pick(devs, hostName, podName)
+	if d == nil {
+		return false, nil
+	}
+	if asPodName {
+		if err := h.RdmaLinkSetName(d, hostName); err != nil {
+			return true, fmt.Errorf("cannot restore the name of RDMA device %s (called %s in the pod): %v", hostName, podName, classify(err))
+		}
+	}
+	if err := h.RdmaLinkSetNsFd(d, uint32(t.From)); err != nil {
+		return true, fmt.Errorf("failed to move RDMA device %s from netns %s back to the host: %v", hostName, nsPath, classify(err))
+	}
+	return true, nil
 }
 
 // pick finds the device under its pod-side name first: a host name alone
@@ -275,23 +289,6 @@ func (Netlink) Rename(nsPath, from, to string) error {
 		return rename()
 	}
 	return podns.Do(nsPath, func(podns.Thread) error { return rename() }, podns.CallerThread())
-}
-
-// NetdevParent returns the bus and name of the device behind a netdev in the
-// netns at nsPath, as the kernel reports it (IFLA_PARENT_DEV_*). Virtual
-// netdevs such as veth have none and return empty strings.
-func (Netlink) NetdevParent(nsPath, ifName string) (bus, dev string, err error) {
-	err = podns.Do(nsPath, func(podns.Thread) error {
-		return withHandle(unix.NETLINK_ROUTE, func(h *netlink.Handle) error {
-			link, err := h.LinkByName(ifName)
-			if err != nil {
-				return fmt.Errorf("failed to find netdev %s in netns %s: %v", ifName, nsPath, err)
-			}
-			bus, dev = link.Attrs().ParentDevBus, link.Attrs().ParentDev
-			return nil
-		})
-	}, podns.CallerThread())
-	return bus, dev, err
 }
 
 // The plugin talks to the kernel through the netlink package, with one

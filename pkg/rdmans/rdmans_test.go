@@ -104,21 +104,21 @@ func newPodNS(t *testing.T) *podNS {
 // hostNSPath is the netns of the test process's main thread.
 func hostNSPath() string { return fmt.Sprintf("/proc/%d/ns/net", os.Getpid()) }
 
-func TestNetdevParentVeth(t *testing.T) {
+func TestNetdevVeth(t *testing.T) {
 	p := newPodNS(t)
-	bus, dev, err := Netlink{}.NetdevParent(p.ns.Path(), p.podVeth)
+	n, err := Netlink{}.Netdev(p.ns.Path(), p.podVeth)
 	if err != nil {
-		t.Fatalf("NetdevParent(%s, %s): %v", p.ns.Path(), p.podVeth, err)
+		t.Fatalf("Netdev(%s, %s): %v", p.ns.Path(), p.podVeth, err)
 	}
-	if bus != "" || dev != "" {
-		t.Errorf("veth reports parent bus %q dev %q, want none", bus, dev)
+	if n.ParentBus != "" || n.Parent != "" || n.ParentID() != "" {
+		t.Errorf("veth reports parent bus %q dev %q, want none", n.ParentBus, n.Parent)
 	}
 }
 
-func TestNetdevParentLooksInTheGivenNetns(t *testing.T) {
+func TestNetdevLooksInTheGivenNetns(t *testing.T) {
 	p := newPodNS(t)
 	// The host end of the pair is not in the pod...
-	_, _, err := Netlink{}.NetdevParent(p.ns.Path(), p.hostVeth)
+	_, err := Netlink{}.Netdev(p.ns.Path(), p.hostVeth)
 	if err == nil {
 		t.Fatalf("found host netdev %s in the pod netns", p.hostVeth)
 	}
@@ -128,16 +128,16 @@ func TestNetdevParentLooksInTheGivenNetns(t *testing.T) {
 		}
 	}
 	// ...and the pod end is no longer in the host.
-	if _, _, err := (Netlink{}).NetdevParent(hostNSPath(), p.podVeth); err == nil {
+	if _, err := (Netlink{}).Netdev(hostNSPath(), p.podVeth); err == nil {
 		t.Errorf("found pod netdev %s in the host netns", p.podVeth)
 	}
 }
 
-func TestNetdevParentMissingIfName(t *testing.T) {
+func TestNetdevMissingIfName(t *testing.T) {
 	p := newPodNS(t)
-	_, _, err := Netlink{}.NetdevParent(p.ns.Path(), "nosuchif0")
+	_, err := Netlink{}.Netdev(p.ns.Path(), "nosuchif0")
 	if err == nil {
-		t.Fatal("NetdevParent of a missing netdev succeeded")
+		t.Fatal("Netdev of a missing netdev succeeded")
 	}
 	for _, want := range []string{"nosuchif0", p.ns.Path()} {
 		if !strings.Contains(err.Error(), want) {
@@ -146,7 +146,7 @@ func TestNetdevParentMissingIfName(t *testing.T) {
 	}
 }
 
-func TestNetdevParentBadNetns(t *testing.T) {
+func TestNetdevBadNetns(t *testing.T) {
 	requireRoot(t)
 	dir := t.TempDir()
 	notNS := filepath.Join(dir, "file")
@@ -154,9 +154,9 @@ func TestNetdevParentBadNetns(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, path := range []string{filepath.Join(dir, "missing"), notNS} {
-		_, _, err := Netlink{}.NetdevParent(path, "lo")
+		_, err := Netlink{}.Netdev(path, "lo")
 		if err == nil {
-			t.Errorf("NetdevParent in %s succeeded", path)
+			t.Errorf("Netdev in %s succeeded", path)
 			continue
 		}
 		if !strings.Contains(err.Error(), path) {
@@ -167,7 +167,7 @@ func TestNetdevParentBadNetns(t *testing.T) {
 
 // A netdev backed by a real device reports the parent sysfs shows for it.
 // Skipped where no netdev has one (everything virtual).
-func TestNetdevParentPhysical(t *testing.T) {
+func TestNetdevPhysical(t *testing.T) {
 	requireRoot(t)
 	links, err := netlink.LinkList()
 	if err != nil {
@@ -184,13 +184,13 @@ func TestNetdevParentPhysical(t *testing.T) {
 		if err != nil {
 			continue
 		}
-		bus, dev, err := Netlink{}.NetdevParent(hostNSPath(), name)
+		n, err := Netlink{}.Netdev(hostNSPath(), name)
 		if err != nil {
-			t.Errorf("NetdevParent(host, %s): %v", name, err)
+			t.Errorf("Netdev(host, %s): %v", name, err)
 			continue
 		}
-		if dev != filepath.Base(devLink) || bus != filepath.Base(busLink) {
-			t.Errorf("%s: NetdevParent = %q/%q, sysfs says %q/%q", name, bus, dev, filepath.Base(busLink), filepath.Base(devLink))
+		if n.Parent != filepath.Base(devLink) || n.ParentBus != filepath.Base(busLink) {
+			t.Errorf("%s: Netdev's parent = %q/%q, sysfs says %q/%q", name, n.ParentBus, n.Parent, filepath.Base(busLink), filepath.Base(devLink))
 		}
 		checked++
 	}

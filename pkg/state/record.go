@@ -37,7 +37,16 @@ type Record struct {
 	DevPath    string `json:"devPath,omitempty"`
 	PCIAddress string `json:"pciAddress,omitempty"`
 	Rule       string `json:"rule,omitempty"`
-	State      string `json:"state"`
+	// HostNetdev is the name the attachment's NIC had in the host, as
+	// host-device stored it in the link's alias at ADD, and NetdevParent
+	// the device behind the NIC as the kernel names it ("pci/0000:3b:00.0",
+	// "virtio/virtio1"). DEL gives the pod's link that alias back before
+	// host-device renames the link by it, finding the link by its parent:
+	// the pod can change both its name and its alias. Empty in older
+	// records, and NetdevParent on kernels before 5.14.
+	HostNetdev   string `json:"hostNetdev,omitempty"`
+	NetdevParent string `json:"netdevParent,omitempty"`
+	State        string `json:"state"`
 	// QoS is set when rdmaQoS was applied, so DEL knows to clean it up.
 	QoS bool `json:"qos,omitempty"`
 	// K8sNamespace and K8sPod are the pod the runtime named in CNI_ARGS,
@@ -125,6 +134,11 @@ func (r *Record) validate() error {
 			return fmt.Errorf("pod device name: %w", err)
 		}
 	}
+	if r.HostNetdev != "" {
+		if err := ValidateIfName(r.HostNetdev); err != nil {
+			return fmt.Errorf("host netdev: %w", err)
+		}
+	}
 	if r.Netns == "" {
 		return errors.New("netns path is empty")
 	}
@@ -133,6 +147,7 @@ func (r *Record) validate() error {
 		{"device path", r.DevPath},
 		{"PCI address", r.PCIAddress},
 		{"rule", r.Rule},
+		{"netdev parent", r.NetdevParent},
 		{"pod namespace", r.K8sNamespace},
 		{"pod name", r.K8sPod},
 	} {

@@ -99,6 +99,8 @@ func TestPutGetDelete(t *testing.T) {
 	r.DevPath = "/sys/devices/pci0000:3a/0000:3a:00.0/0000:3b:00.2"
 	r.PCIAddress = "0000:3b:00.2"
 	r.Rule = "pciAddress"
+	r.HostNetdev = "ens1f0np0"
+	r.NetdevParent = "pci/0000:3b:00.2"
 
 	if _, err := s.Get(r.Key); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("Get before Put = %v, want ErrNotFound", err)
@@ -173,6 +175,9 @@ func TestPutRejectsInvalid(t *testing.T) {
 		{"device with slash", func(r *Record) { r.Device = "../mlx5_0" }},
 		{"device too long", func(r *Record) { r.Device = strings.Repeat("m", 64) }},
 		{"bad pod name", func(r *Record) { r.PodName = "a/b" }},
+		{"bad host netdev", func(r *Record) { r.HostNetdev = "a/b" }},
+		{"host netdev too long", func(r *Record) { r.HostNetdev = strings.Repeat("e", 16) }},
+		{"control char in netdev parent", func(r *Record) { r.NetdevParent = "pci/\x1b[2J" }},
 		{"empty netns", func(r *Record) { r.Netns = "" }},
 		{"control char in netns", func(r *Record) { r.Netns = "/run/netns/x\n" }},
 		{"unknown state", func(r *Record) { r.State = "gone" }},
