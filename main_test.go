@@ -35,6 +35,13 @@ func run(t *testing.T, bin string, env []string, stdin string, args ...string) (
 	t.Helper()
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, env...)
+	return runCmd(t, cmd, stdin)
+}
+
+// runCmd runs cmd with stdin and returns its stdout, stderr and exit
+// status.
+func runCmd(t *testing.T, cmd *exec.Cmd, stdin string) (stdout, stderr string, code int) {
+	t.Helper()
 	cmd.Stdin = strings.NewReader(stdin)
 	var o, e bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &e
@@ -44,7 +51,7 @@ func run(t *testing.T, bin string, env []string, stdin string, args ...string) (
 	case errors.As(err, &exit):
 		code = exit.ExitCode()
 	case err != nil:
-		t.Fatalf("%s %v: %v", bin, args, err)
+		t.Fatalf("%s: %v", cmd, err)
 	}
 	return o.String(), e.String(), code
 }

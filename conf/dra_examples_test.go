@@ -24,11 +24,12 @@ const draDeviceClass = "rdma-nic.rdma-netns.io"
 
 // draNetConf mirrors the "dra" object of an rdma-netns entry as the
 // contract of issue 57 has it, for as long as config.NetConf does not
-// know the key (the CNI side of the issue adds it).
+// know the key (the CNI side of the issue adds it). It has no recordDir:
+// the records are read from the node's directory alone and ADD refuses a
+// NAD naming another, so an example that sets it fails the strict decode.
 type draNetConf struct {
-	Request   *string `json:"request,omitempty"`
-	Index     *int    `json:"index,omitempty"`
-	RecordDir string  `json:"recordDir,omitempty"`
+	Request *string `json:"request,omitempty"`
+	Index   *int    `json:"index,omitempty"`
 }
 
 // draIPAM is what rdma-netns needs of the "ipam" it hands host-device.
@@ -399,6 +400,7 @@ func TestDRAChainRejects(t *testing.T) {
 		{"host-device after it", chain(entry + `, {"type": "host-device"}`), "second mover"},
 		{"typo in dra", chain(`{"type": "rdma-netns", "dra": {"requests": "nics"}, "ipam": {"type": "static"}}`), `unknown field "requests"`},
 		{"index as a string", chain(`{"type": "rdma-netns", "dra": {"index": "0"}, "ipam": {"type": "static"}}`), "index"},
+		{"recordDir, even the node's", chain(`{"type": "rdma-netns", "dra": {"recordDir": "/var/lib/cni/rdma-netns-dra"}, "ipam": {"type": "static"}}`), `unknown field "recordDir"`},
 		{"no ipam", chain(`{"type": "rdma-netns", "dra": {}}`), `no "ipam"`},
 		{"typo beside dra", chain(`{"type": "rdma-netns", "dra": {}, "ipam": {"type": "static"}, "rdmaDevname": "x"}`), `unknown field "rdmaDevname"`},
 		{"capability it does not use", chain(`{"type": "rdma-netns", "dra": {}, "ipam": {"type": "static"}, "capabilities": {"deviceID": true}}`), `"deviceID"`},

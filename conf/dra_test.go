@@ -82,7 +82,7 @@ func checkDRA(spec corev1.PodSpec) error {
 		return err
 	}
 	if o["record-dir"] != drarecord.DefaultDir {
-		return fmt.Errorf("--record-dir %s: rdma-netns reads the records at %s (a NAD's dra.recordDir would have to say so)", o["record-dir"], drarecord.DefaultDir)
+		return fmt.Errorf("--record-dir %s: rdma-netns reads the records at %s alone (a NAD cannot name another)", o["record-dir"], drarecord.DefaultDir)
 	}
 	if o["kubeconfig"] != "" {
 		return fmt.Errorf("--kubeconfig %s: in a pod the driver uses its ServiceAccount", o["kubeconfig"])

@@ -31,6 +31,13 @@ func (c *call) check() error {
 	if err := c.key().ValidateRuntime(); err != nil {
 		return types.NewError(types.ErrInvalidEnvironmentVariables, err.Error(), "")
 	}
+	if c.conf.DRA != nil {
+		if err := c.nadRecordDir(); err != nil {
+			// Said, not failed: ADD refuses the network now, and the
+			// attachment being checked is held to the kernel as any is.
+			c.log.Warnf("%v", err)
+		}
+	}
 	if err := state.ValidateIfName(c.args.IfName); err != nil {
 		// ADD refused the pod's name and attached nothing: nothing to check.
 		c.log.Infof("nothing to check: ADD refuses this interface name (%v)", err)

@@ -114,8 +114,10 @@ func (c *call) claimedNIC() (drarecord.Device, error) {
 	if err != nil {
 		return drarecord.Device{}, types.NewError(types.ErrInvalidNetworkConfig, err.Error(), "")
 	}
-	dir := drarecord.Dir(c.conf.DRA.RecordDir)
-	devs, _, err := dir.PodDevices(uid)
+	if err := c.nadRecordDir(); err != nil {
+		return drarecord.Device{}, types.NewError(types.ErrInvalidNetworkConfig, err.Error()+"; nothing was changed", "")
+	}
+	devs, _, err := drarecord.Dir(c.p.DRARecordDir).PodDevices(uid)
 	if err != nil {
 		return drarecord.Device{}, fmt.Errorf("cannot read the DRA driver's records: %v; nothing was changed", err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
 
+	"github.com/rdma-netns/rdma-netns/pkg/config"
 	"github.com/rdma-netns/rdma-netns/pkg/drarecord"
 )
 
@@ -104,6 +105,7 @@ func draEnv(t *testing.T) (*env, pod, *fakeDelegate, string) {
 	d := &fakeDelegate{k: e.kernel, p: p}
 	e.plugin.Delegate = d
 	dir := filepath.Join(t.TempDir(), "dra")
+	e.plugin.DRARecordDir = dir
 	rec := drarecord.Dir(dir)
 	for _, c := range []*drarecord.Claim{
 		{Version: 1, ClaimUID: "claim-1", ClaimName: "p-nics-x", PodClaimName: "nics", PodUID: draPod, Devices: []drarecord.Device{
@@ -157,8 +159,8 @@ const staticIPAM = `"ipam":{"type":"static","addresses":[{"address":"10.1.2.3/24
 // RDMA device; CHECK holds on the result; DEL returns the RDMA device
 // before host-device takes the NIC out by its name in the pod.
 func TestDRAAddDel(t *testing.T) {
-	e, p, d, dir := draEnv(t)
-	conf := e.draConf(p, map[string]any{"request": "nics", "index": 1, "recordDir": dir},
+	e, p, d, _ := draEnv(t)
+	conf := e.draConf(p, map[string]any{"request": "nics", "index": 1},
 		map[string]any{"runtimeConfig": map[string]any{"deviceID": "0000:00:05.0"}})
 	res, err := e.add(p, conf, podArgs(draPod))
 	if err != nil {
@@ -185,7 +187,7 @@ func TestDRAAddDel(t *testing.T) {
 	var prev map[string]any
 	b, _ := json.Marshal(got)
 	_ = json.Unmarshal(b, &prev)
-	if err := e.check(p, e.draConf(p, map[string]any{"request": "nics", "index": 1, "recordDir": dir}, map[string]any{"prevResult": prev})); err != nil {
+	if err := e.check(p, e.draConf(p, map[string]any{"request": "nics", "index": 1}, map[string]any{"prevResult": prev})); err != nil {
 		t.Fatalf("CHECK on the ADD's result: %v", err)
 	}
 
@@ -230,8 +232,7 @@ func TestDRAPick(t *testing.T) {
 			errs: []string{"holds 2 NIC(s)", "no NIC at index 2", `"nics" (2)`}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			e, p, d, dir := draEnv(t)
-			tt.dra["recordDir"] = dir
+			e, p, d, _ := draEnv(t)
 			var extra map[string]any
 			if tt.podArgs != nil {
 				extra = argsCNI(tt.podArgs)
@@ -261,8 +262,8 @@ func TestDRAPick(t *testing.T) {
 // prevResult, ADD fails before host-device runs; a bad UID is refused
 // before the record directory is read.
 func TestDRARefusals(t *testing.T) {
-	e, p, d, dir := draEnv(t)
-	dra := map[string]any{"recordDir": dir}
+	e, p, d, _ := draEnv(t)
+	dra := map[string]any{}
 	_, err := e.add(p, e.draConf(p, dra, nil), podArgs("e5a1c0de-0000-4000-8000-000000000000"))
 	wantErr(t, err, "pod ns/p has no NIC prepared by driver nic.rdma-netns.io on this node", "DeviceClass rdma-nic.rdma-netns.io")
 	if strings.Contains(err.Error(), "secret") || strings.Contains(err.Error(), "0000:") {
@@ -282,7 +283,8 @@ func TestDRARefusals(t *testing.T) {
 		Devices: []drarecord.Device{{Request: "nics", PCIAddress: "../../../tmp/x"}}}); err != nil {
 		t.Fatal(err)
 	}
-	_, err = e.add(p, e.draConf(p, map[string]any{"recordDir": bad}, nil), podArgs(draPod))
+	e.plugin.DRARecordDir = bad
+	_, err = e.add(p, e.draConf(p, dra, nil), podArgs(draPod))
 	wantErr(t, err, `the PCI address "../../../tmp/x", which is not one`)
 
 	// A record directory that cannot be read fails ADD: a UID it reached
@@ -291,10 +293,11 @@ func TestDRARefusals(t *testing.T) {
 	if err := os.WriteFile(notDir, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, err = e.add(p, e.draConf(p, map[string]any{"recordDir": notDir}, nil), podArgs(draPod))
+	e.plugin.DRARecordDir = notDir
+	_, err = e.add(p, e.draConf(p, dra, nil), podArgs(draPod))
 	wantErr(t, err, "cannot read the DRA driver's records")
 	for _, uid := range []string{"../" + draPod, "x/y", "..", strings.Repeat("a", 65)} {
-		_, err = e.add(p, e.draConf(p, map[string]any{"recordDir": notDir}, nil), podArgs(uid))
+		_, err = e.add(p, e.draConf(p, dra, nil), podArgs(uid))
 		wantErr(t, err, "K8S_POD_UID", "pod UID")
 		if strings.Contains(err.Error(), "records") {
 			t.Fatalf("UID %q reached the record directory: %v", uid, err)
@@ -310,9 +313,9 @@ func TestDRARefusals(t *testing.T) {
 // When the RDMA move fails after host-device moved the NIC, host-device
 // takes the NIC back and ADD reports the move's failure.
 func TestDRARollback(t *testing.T) {
-	e, p, d, dir := draEnv(t)
+	e, p, d, _ := draEnv(t)
 	e.kernel.failMoveIn = errors.New("injected move failure")
-	_, err := e.add(p, e.draConf(p, map[string]any{"recordDir": dir}, nil), podArgs(draPod))
+	_, err := e.add(p, e.draConf(p, map[string]any{}, nil), podArgs(draPod))
 	wantErr(t, err, "injected move failure")
 	if len(d.calls) != 2 || d.calls[0].verb != "ADD" || d.calls[1].verb != "DEL" || d.calls[1].plugin != "host-device" || d.calls[1].conf["device"] != "net1" {
 		t.Fatalf("delegated %+v, want host-device ADD then DEL of net1", d.calls)
@@ -324,7 +327,7 @@ func TestDRARollback(t *testing.T) {
 
 	d.calls = nil
 	d.delErr = errors.New("injected DEL failure")
-	_, err = e.add(p, e.draConf(p, map[string]any{"recordDir": dir}, nil), podArgs(draPod))
+	_, err = e.add(p, e.draConf(p, map[string]any{}, nil), podArgs(draPod))
 	wantErr(t, err, "injected move failure", "could not take NIC 0000:00:04.0 back", "injected DEL failure")
 }
 
@@ -332,8 +335,8 @@ func TestDRARollback(t *testing.T) {
 // host and only the addresses are released; a link host-device no longer
 // finds in the pod was taken out already. Another failure fails DEL.
 func TestDRADelAlreadyDone(t *testing.T) {
-	e, p, d, dir := draEnv(t)
-	conf := e.draConf(p, map[string]any{"recordDir": dir}, nil)
+	e, p, d, _ := draEnv(t)
+	conf := e.draConf(p, map[string]any{}, nil)
 	d.delErr = &types.Error{Code: 999, Msg: `failed to find "net1" in containerNS: Link not found`}
 	if err := e.del(p, conf); err != nil {
 		t.Fatalf("DEL with the link gone: %v", err)
@@ -356,7 +359,7 @@ func TestDRADelAlreadyDone(t *testing.T) {
 		t.Fatalf("delegated %+v, want the IPAM plugin's DEL alone", d.calls)
 	}
 	d.calls = nil
-	if err := e.del(p, e.draConf(p, map[string]any{"recordDir": dir}, map[string]any{"ipam": nil})); err != nil || len(d.calls) != 0 {
+	if err := e.del(p, e.draConf(p, map[string]any{}, map[string]any{"ipam": nil})); err != nil || len(d.calls) != 0 {
 		t.Fatalf("DEL with the netns gone and no ipam: %v, delegated %+v", err, d.calls)
 	}
 }
@@ -367,12 +370,12 @@ func TestDRADelAlreadyDone(t *testing.T) {
 // must not fail on what the pod wrote.
 func TestDRAPassesPodIPs(t *testing.T) {
 	for _, declared := range []bool{true, false} {
-		e, p, d, dir := draEnv(t)
+		e, p, d, _ := draEnv(t)
 		extra := map[string]any{"runtimeConfig": map[string]any{"ips": []any{"10.9.8.7/24"}}}
 		if declared {
 			extra["capabilities"] = map[string]any{"ips": true}
 		}
-		conf := e.draConf(p, map[string]any{"request": "nics", "index": 1, "recordDir": dir}, extra)
+		conf := e.draConf(p, map[string]any{"request": "nics", "index": 1}, extra)
 		if _, err := e.add(p, conf, podArgs(draPod)); err != nil {
 			t.Fatalf("ADD: %v\nlog:\n%s", err, e.log)
 		}
@@ -391,8 +394,8 @@ func TestDRAPassesPodIPs(t *testing.T) {
 // A pod's ips of any shape (here not even a list) never reach DEL: the
 // attachment comes apart whatever the pod wrote.
 func TestDRADelIgnoresPodIPs(t *testing.T) {
-	e, p, d, dir := draEnv(t)
-	conf := e.draConf(p, map[string]any{"request": "nics", "index": 1, "recordDir": dir},
+	e, p, d, _ := draEnv(t)
+	conf := e.draConf(p, map[string]any{"request": "nics", "index": 1},
 		map[string]any{"capabilities": map[string]any{"ips": true}, "runtimeConfig": map[string]any{"ips": map[string]any{"x": strings.Repeat("<", 1000)}}})
 	if err := e.del(p, conf); err != nil {
 		t.Fatalf("DEL: %v", err)
@@ -409,8 +412,8 @@ func TestDRADelIgnoresPodIPs(t *testing.T) {
 // the NIC host-device took): rdma_r0 in the pod, ToS 106; DEL gives it
 // back under its host name with the ToS cleared.
 func TestDRARenameAndToS(t *testing.T) {
-	e, p, _, dir := draEnv(t)
-	conf := e.draConf(p, map[string]any{"request": "nics", "index": 1, "recordDir": dir},
+	e, p, _, _ := draEnv(t)
+	conf := e.draConf(p, map[string]any{"request": "nics", "index": 1},
 		map[string]any{"rdmaDevName": "rdma_r0", "rdmaQoS": map[string]any{"tos": 106}})
 	if _, err := e.add(p, conf, podArgs(draPod)); err != nil {
 		t.Fatalf("ADD: %v\nlog:\n%s", err, e.log)
@@ -427,5 +430,84 @@ func TestDRARenameAndToS(t *testing.T) {
 		if _, ok := e.kernel.qos[dev]; ok {
 			t.Errorf("%s's ToS left set after DEL", dev)
 		}
+	}
+}
+
+// The record directory is the node's: a NAD that points dra.recordDir at
+// a directory it can write (a pod's emptyDir on the node) holding a
+// forged record for its pod, naming the PCI address of a NIC its pod was
+// never given (here mlx5_0's, another pod's claim), fails ADD: host-device
+// never runs and no RDMA device moves. A NAD that names the node's own
+// directory, as NADs did before, still works; DEL and CHECK never fail on
+// the key.
+func TestDRANADRecordDirRefused(t *testing.T) {
+	e, p, d, _ := draEnv(t)
+	forged := filepath.Join(t.TempDir(), "emptydir")
+	if err := drarecord.Dir(forged).Write(&drarecord.Claim{Version: 1, ClaimUID: "forged", PodUID: draPod,
+		Devices: []drarecord.Device{{Request: "nics", PCIAddress: "0000:3b:00.0"}}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{forged, forged + "/", drarecord.DefaultDir + "/../x", "relative"} {
+		_, err := e.add(p, e.draConf(p, map[string]any{"recordDir": dir}, nil), podArgs(draPod))
+		if len(d.calls) != 0 {
+			t.Fatalf("recordDir %q: host-device was run with %v (ADD: %v); mlx5_0 is in %s", dir, d.calls[0].conf, err, e.kernel.location("mlx5_0"))
+		}
+		wantErr(t, err, `network "rdma-net" sets dra.recordDir `+config.Quote(dir), "the node's setting", "--record-dir",
+			drarecord.DefaultDir, `remove "recordDir"`, "nothing was changed")
+	}
+	for _, dev := range []string{"mlx5_0", "rxe1", "rxe2"} {
+		e.wantWhere(dev, "host")
+	}
+	if recs := e.records(); len(recs) != 0 || e.kernel.moves != 0 {
+		t.Fatalf("records %+v, %d moves after refusals", recs, e.kernel.moves)
+	}
+
+	// A NAD naming the node's directory: the pod gets its own claim's NIC,
+	// from the node's records.
+	for _, dir := range []string{drarecord.DefaultDir, "/var/lib/cni//rdma-netns-dra/"} {
+		d.calls = nil
+		conf := e.draConf(p, map[string]any{"request": "nics", "index": 1, "recordDir": dir}, nil)
+		_, err := e.add(p, conf, podArgs(draPod))
+		if err != nil || len(d.calls) != 1 || d.calls[0].conf["pciBusID"] != "0000:00:05.0" {
+			t.Fatalf("recordDir %q: ADD %v, delegated %+v; want the claim's 0000:00:05.0\nlog:\n%s", dir, err, d.calls, e.log)
+		}
+		e.wantWhere("rxe2", p.path())
+		if err := e.del(p, conf); err != nil {
+			t.Fatalf("recordDir %q: DEL: %v", dir, err)
+		}
+		e.wantWhere("rxe2", "host")
+	}
+
+	// DEL and CHECK of a network ADD now refuses: an attachment made
+	// before the key was refused comes apart, and CHECK says what ADD
+	// would refuse without failing on it.
+	conf := e.draConf(p, map[string]any{"request": "nics", "index": 1}, nil)
+	res, err := e.add(p, conf, podArgs(draPod))
+	if err != nil {
+		t.Fatalf("ADD: %v", err)
+	}
+	forgedConf := func(extra map[string]any) []byte {
+		return e.draConf(p, map[string]any{"request": "nics", "index": 1, "recordDir": "relative"}, extra)
+	}
+	got, err := current.NewResultFromResult(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var prev map[string]any
+	b, _ := json.Marshal(got)
+	_ = json.Unmarshal(b, &prev)
+	e.log.Reset()
+	if err := e.check(p, forgedConf(map[string]any{"prevResult": prev})); err != nil {
+		t.Fatalf("CHECK with a recordDir: %v", err)
+	}
+	if !strings.Contains(e.log.String(), `sets dra.recordDir "relative"`) {
+		t.Errorf("CHECK does not say the network's recordDir is refused:\n%s", e.log)
+	}
+	if err := e.del(p, forgedConf(nil)); err != nil {
+		t.Fatalf("DEL with a recordDir: %v", err)
+	}
+	e.wantWhere("rxe2", "host")
+	if last := d.calls[len(d.calls)-1]; last.verb != "DEL" || last.plugin != "host-device" {
+		t.Fatalf("DEL delegated %+v, want host-device's DEL", d.calls)
 	}
 }

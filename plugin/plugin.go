@@ -82,6 +82,11 @@ type Plugin struct {
 	// Delegate runs host-device in dra mode; nil means the plugins in
 	// CNI_PATH.
 	Delegate Delegate
+	// DRARecordDir is where dra mode reads the DRA driver's records; ""
+	// means drarecord.DefaultDir, the node's directory. Only tests set
+	// it: the records say which NICs are a pod's, so no runtime, NAD or
+	// pod input chooses where they are read.
+	DRARecordDir string
 }
 
 // New returns the plugin wired to the running kernel.

@@ -14,6 +14,8 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/cni/pkg/types/create"
+
+	"github.com/rdma-netns/rdma-netns/pkg/drarecord"
 )
 
 // SupportedVersions are the CNI versions rdma-netns speaks. Versions before
@@ -133,9 +135,19 @@ type DRA struct {
 	// Index picks among the request's NICs, from 0; nil leaves it to the
 	// pod (draIndex), else 0.
 	Index *int `json:"index,omitempty"`
-	// RecordDir is where the DRA driver writes its records; "" is
-	// drarecord.DefaultDir.
+	// RecordDir is never read: the records are read from the node's
+	// directory alone (drarecord.DefaultDir), since a NAD that chose it
+	// could name any NIC of the node in a record of its own. ADD refuses
+	// a value other than that directory; any value parses, so DEL and
+	// CHECK run whatever a NAD says.
 	RecordDir string `json:"recordDir,omitempty"`
+}
+
+// ForeignRecordDir reports whether the network's recordDir names a
+// directory other than the node's, drarecord.DefaultDir (however spelled):
+// ADD refuses such a network.
+func (d *DRA) ForeignRecordDir() bool {
+	return d != nil && d.RecordDir != "" && filepath.Clean(d.RecordDir) != drarecord.DefaultDir
 }
 
 // maxDRAIndex bounds dra.index and a pod's draIndex: a pod holds at most a
@@ -327,9 +339,6 @@ func (c *NetConf) validate() error {
 		}
 		if d.Index != nil && (*d.Index < 0 || *d.Index > maxDRAIndex) {
 			errs = append(errs, fmt.Errorf("dra.index %d is out of range 0-%d", *d.Index, maxDRAIndex))
-		}
-		if d.RecordDir != "" && (!filepath.IsAbs(d.RecordDir) || strings.ContainsRune(d.RecordDir, 0)) {
-			errs = append(errs, fmt.Errorf("dra.recordDir %q must be an absolute path", d.RecordDir))
 		}
 	}
 	if !logLevels[strings.ToLower(c.LogLevel)] {

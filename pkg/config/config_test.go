@@ -585,10 +585,22 @@ func TestDRAConfig(t *testing.T) {
 		{`"dra":{"request":"../x"}`, `dra.request "../x"`},
 		{`"dra":{"index":-1}`, "dra.index -1 is out of range 0-1023"},
 		{`"dra":{"index":1024}`, "dra.index 1024 is out of range"},
-		{`"dra":{"recordDir":"rel"}`, `dra.recordDir "rel" must be an absolute path`},
 	} {
 		if _, err := Parse([]byte(withFields(tt.fields)), ""); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%s: err %v, want %q", tt.fields, err, tt.want)
+		}
+	}
+	// Whatever a NAD's recordDir says, the network parses, so DEL and
+	// CHECK run on it: the records are read from the node's directory
+	// alone, and ADD refuses a NAD that names another.
+	for dir, foreign := range map[string]bool{`rel`: true, `/tmp/x`: true, `a\u0000b`: true, `/var/lib/cni/rdma-netns-dra/../x`: true,
+		`/var/lib/cni/rdma-netns-dra`: false, `/var/lib/cni//rdma-netns-dra/`: false, ``: false} {
+		fields := `"dra":{"recordDir":"` + dir + `"}`
+		for name, parse := range map[string]func([]byte, string) (*NetConf, error){"Parse": Parse, "ParseSettings": ParseSettings} {
+			c, err := parse([]byte(withFields(fields)), "")
+			if err != nil || c.DRA == nil || c.DRA.ForeignRecordDir() != foreign {
+				t.Errorf("%s: %s = %+v, %v; want it parsed, ForeignRecordDir %v", fields, name, c, err, foreign)
+			}
 		}
 	}
 

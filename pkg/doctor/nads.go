@@ -28,6 +28,7 @@ func nadChecks(in io.Reader, fs *Findings) *NADsView {
 		v.WithRdmaNetns = append(v.WithRdmaNetns, n.view())
 		for i, pos := range n.rdma {
 			fs.tenancy(n, pos, n.confs[i])
+			fs.draRecordDir(n, n.confs[i])
 		}
 	}
 	uses := nameUses(nads)
@@ -64,10 +65,7 @@ func (fs *Findings) nadError(i int, n *parsedNAD, err error) {
 	edit := "correct the NAD's spec.config"
 	if n != nil && n.ref.Name != "" {
 		subj = n.ref.String()
-		edit = "correct spec.config"
-		if kubeName(n.ref.Namespace) && kubeName(n.ref.Name) {
-			edit += fmt.Sprintf(" (kubectl edit network-attachment-definitions -n %s %s)", n.ref.Namespace, n.ref.Name)
-		}
+		edit = "correct spec.config" + editCommand(n.ref)
 	}
 	var rc *rdmaConfError
 	if errors.As(err, &rc) {
@@ -76,6 +74,15 @@ func (fs *Findings) nadError(i int, n *parsedNAD, err error) {
 		return
 	}
 	fs.add(Warn, "nad-config", subj, "cannot check this NAD: "+err.Error()+"; Multus fails every pod that attaches it", edit)
+}
+
+// editCommand is " (kubectl edit ...)" for the NAD, "" where its name
+// could not be pasted as shown.
+func editCommand(ref nadRef) string {
+	if !kubeName(ref.Namespace) || !kubeName(ref.Name) {
+		return ""
+	}
+	return fmt.Sprintf(" (kubectl edit network-attachment-definitions -n %s %s)", ref.Namespace, ref.Name)
 }
 
 // kubeName says whether s is a name the API server gives an object (a DNS

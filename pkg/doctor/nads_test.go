@@ -332,6 +332,48 @@ func TestNADsBadConfigs(t *testing.T) {
 	}
 }
 
+// A NAD's dra.recordDir is refused unless it names the node's record
+// directory: the records say which NICs are a pod's, and a NAD that could
+// point rdma-netns at records of its own would hand its pods any NIC.
+func TestNADsRecordDir(t *testing.T) {
+	withDir := func(dir string) map[string]any {
+		return rdma(t, exampleConfig(t, "nad-dra.yaml"), map[string]any{"dra": map[string]any{"request": "nics", "recordDir": dir}})
+	}
+	items := []map[string]any{
+		nadItem(t, "ml", "rdma-dra", "", exampleConfig(t, "nad-dra.yaml")),
+		nadItem(t, "ml", "old", "", withDir("/var/lib/cni/rdma-netns-dra")),
+		nadItem(t, "ml", "old-slash", "", withDir("/var/lib/cni//rdma-netns-dra/")),
+		nadItem(t, "team-b", "own-records", "", withDir("/var/lib/kubelet/pods/u1/volumes/kubernetes.io~empty-dir/r")),
+		nadItem(t, "team-b", "relative", "", withDir("rdma-netns-dra")),
+		nadItem(t, "team-b", "bad\x1b[31mname", "", withDir("/tmp/\x1b[2J")),
+	}
+	r := CheckNADs(strings.NewReader(listJSON(t, items...)))
+	fix := `fix: remove "recordDir" from the "dra" of its rdma-netns entry`
+	checkFindings(t, r, []wantFinding{
+		{Fail, "dra-record-dir", "team-b/own-records", []string{
+			`sets dra.recordDir "/var/lib/kubelet/pods/u1/volumes/kubernetes.io~empty-dir/r"`,
+			"reads the DRA driver's records only from the node's directory /var/lib/cni/rdma-netns-dra (rdma-netns-dra's --record-dir, which the chart fixes)",
+			"every pod that attaches it fails ADD", fix, "(kubectl edit network-attachment-definitions -n team-b own-records)"}},
+		{Fail, "dra-record-dir", "team-b/relative", []string{`sets dra.recordDir "rdma-netns-dra"`, fix}},
+		{Fail, "dra-record-dir", "team-b/bad\x1b[31mname", []string{`sets dra.recordDir "/tmp/\x1b[2J"`, fix}},
+	})
+	for _, f := range r.Findings {
+		if f.Subject == "team-b/bad\x1b[31mname" && strings.Contains(f.Remedy, "kubectl") {
+			t.Errorf("a command printed for a NAD name that is not one: %s", f.Remedy)
+		}
+	}
+	if r.ExitCode != 1 {
+		t.Errorf("exit status %d, want 1", r.ExitCode)
+	}
+	var text bytes.Buffer
+	if err := r.WriteText(&text); err != nil {
+		t.Fatal(err)
+	}
+	if out := text.String(); strings.Contains(out, "\x1b") {
+		t.Errorf("the report writes what a NAD holds to the terminal as it is:\n%s", out)
+	}
+}
+
 func TestNADsInput(t *testing.T) {
 	one, err := json.Marshal(nadItem(t, "a", "renamed", "", exampleConfig(t, "nad-renamed.yaml")))
 	if err != nil {

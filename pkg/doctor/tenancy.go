@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/rdma-netns/rdma-netns/pkg/config"
+	"github.com/rdma-netns/rdma-netns/pkg/drarecord"
 )
 
 // deviceIDPicker is the first plugin before pos that declares the
@@ -68,4 +69,16 @@ func refusal(c *config.NetConf) string {
 		return "the network lists no allowedPodDevices and pins no device, so ADD fails for a pod that sets a deviceID"
 	}
 	return fmt.Sprintf("the network lists no allowedPodDevices, so it honours only a deviceID naming the device the NAD pins (%s %s)", pin.From, pin.Value)
+}
+
+// draRecordDir names a NAD whose "dra" sets a record directory other than
+// the node's: rdma-netns refuses it, since a NAD that chose where the
+// records are read could write one naming any NIC of the node.
+func (fs *Findings) draRecordDir(n *parsedNAD, c *config.NetConf) {
+	if !c.DRA.ForeignRecordDir() {
+		return
+	}
+	fs.add(Fail, "dra-record-dir", n.ref.String(), fmt.Sprintf("the rdma-netns entry sets dra.recordDir %s, so every pod that attaches it fails ADD: rdma-netns reads the DRA driver's records only from the node's directory %s (rdma-netns-dra's --record-dir, which the chart fixes), so that a pod gets only the NICs of its own claims",
+		config.Quote(c.DRA.RecordDir), drarecord.DefaultDir),
+		`remove "recordDir" from the "dra" of its rdma-netns entry`+editCommand(n.ref))
 }

@@ -100,7 +100,7 @@ same limits whichever instance serves it.
 {{/* The DRA driver's name: its kubelet plugin directory, its ResourceSlices and the DeviceClass's selector (pkg/drarecord.DriverName). */}}
 {{- define "rdma-netns.draDriver" -}}nic.rdma-netns.io{{- end -}}
 
-{{/* Where the DRA driver writes its records and rdma-netns reads them (pkg/drarecord.DefaultDir, the NAD's "dra" default). */}}
+{{/* Where the DRA driver writes its records and rdma-netns reads them (pkg/drarecord.DefaultDir; rdma-netns reads them nowhere else, whatever a NAD says). */}}
 {{- define "rdma-netns.draRecordDir" -}}/var/lib/cni/rdma-netns-dra{{- end -}}
 
 {{/* A projected volume holding what automountServiceAccountToken would mount: a token the kubelet renews, the cluster's CA, the namespace. */}}
