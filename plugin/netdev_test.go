@@ -146,15 +146,15 @@ func TestDelRenamesNICBack(t *testing.T) {
 // finds it (a renamed NIC used to count as already taken out) and brings
 // it home under its own name; the neighbour's DEL then succeeds.
 func TestDRADelRestoresNIC(t *testing.T) {
-	e, p, d, dir := draEnv(t)
+	e, p, d, _ := draEnv(t)
 	neighbour := e.newPod("c2", "net1", "", "")
 	d.p = neighbour
-	nconf := e.draConf(neighbour, map[string]any{"request": "secret", "recordDir": dir}, nil)
+	nconf := e.draConf(neighbour, map[string]any{"request": "secret"}, nil)
 	if _, err := e.add(neighbour, nconf, podArgs(otherPod)); err != nil {
 		t.Fatalf("the neighbour's ADD: %v\nlog:\n%s", err, e.log)
 	}
 	d.p = p
-	conf := e.draConf(p, map[string]any{"request": "nics", "index": 1, "recordDir": dir}, nil)
+	conf := e.draConf(p, map[string]any{"request": "nics", "index": 1}, nil)
 	if _, err := e.add(p, conf, podArgs(draPod)); err != nil {
 		t.Fatalf("ADD: %v\nlog:\n%s", err, e.log)
 	}
@@ -191,7 +191,7 @@ func TestDRAHostNetdevCrossCheck(t *testing.T) {
 	}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.add(p, e.draConf(p, map[string]any{"recordDir": dir}, nil), podArgs(draPod)); err != nil {
+	if _, err := e.add(p, e.draConf(p, map[string]any{}, nil), podArgs(draPod)); err != nil {
 		t.Fatalf("ADD: %v\nlog:\n%s", err, e.log)
 	}
 	if recs := e.records(); len(recs) != 1 || recs[0].HostNetdev != "eth2" || recs[0].NetdevParent != "virtio/virtio2" {
