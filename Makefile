@@ -170,7 +170,8 @@ k8s-payload: payload
 ## K8S_TESTS narrows the first boot's tests (a -test.run pattern without
 ## "$" or quotes; empty: all), K8S_NORDMA= skips the node without RDMA,
 ## K8S_PAIRS= the node with two PCIe roots and stand-in GPUs (TestDRAPairs:
-## eth1..eth4 under one root, eth5..eth7 under the other, two GPUs each).
+## eth1..eth4 under one root, eth5..eth7 under the other, two GPUs each;
+## -k8s.pairs-required fails the boot without that layout, never skips).
 K8S_TESTS  =
 K8S_NORDMA = 1
 K8S_PAIRS  = 1
@@ -181,7 +182,7 @@ e2e-k8s: k8s-payload
 	$(K8S_CLUSTER) sh -c '$(K8S_VM) --timeout $(K8S_FIRST_BOOT_TIMEOUT) --disk $(K8S_DISK) -- "k8s.test $(E2E_FLAGS)$(if $(K8S_TESTS), -test.run '\''$(K8S_TESTS)'\'')" && \
 	  $(K8S_VM) --disk $(K8S_DISK) -- "k8s.test -k8s.boot reboot $(E2E_FLAGS) -test.run ^TestReboot$$"'; \
 	$(if $(K8S_NORDMA),$(K8S_CLUSTER) $(K8S_VM) --nics 3 --no-rxe -- 'k8s.test $(E2E_FLAGS) -test.run ^TestNoRDMA$$';) \
-	$(if $(K8S_PAIRS),$(K8S_CLUSTER) $(K8S_VM) --nics 8 --pcie-roots 2 --standin-gpus 2 -- 'k8s.test $(E2E_FLAGS) -test.run ^TestDRAPairs$$')
+	$(if $(K8S_PAIRS),$(K8S_CLUSTER) $(K8S_VM) --nics 8 --pcie-roots 2 --standin-gpus 2 -- 'k8s.test $(E2E_FLAGS) -k8s.pairs-required -test.run ^TestDRAPairs$$')
 
 ## e2e-k8s-nodes: the cluster with two nodes, two VMs on one Ethernet
 ## link (scripts/vm-pair.sh; UDP ports K8S_LINK_PORT and the next on

@@ -5,6 +5,7 @@ package k8s
 import (
 	"bytes"
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -33,6 +34,24 @@ func execCtx(ctx context.Context, ns, pod, container string, argv ...string) (st
 	var out, errb bytes.Buffer
 	err = ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &out, Stderr: &errb})
 	return out.String(), errb.String(), err
+}
+
+// resolveIn resolves each of paths in a container (readlink -f, in one
+// exec): a pod's /sys is its network namespace's, so what it resolves to
+// is the device the pod got. Paths go in as arguments, not into the
+// script: an interface name read from an annotation stays one word.
+func resolveIn(t *testing.T, ns, pod, container string, paths ...string) []string {
+	t.Helper()
+	argv := append([]string{"sh", "-c", `for p; do readlink -f "$p" || exit; done`, "sh"}, paths...)
+	out, stderr, err := execIn(t, ns, pod, container, argv...)
+	if err != nil {
+		t.Fatalf("pod %s/%s: readlink -f %s: %v\n%s", ns, pod, strings.Join(paths, " "), err, stderr)
+	}
+	got := strings.Fields(out)
+	if len(got) != len(paths) {
+		t.Fatalf("pod %s/%s: readlink -f %s printed %q, want a path each", ns, pod, strings.Join(paths, " "), out)
+	}
+	return got
 }
 
 // execRunner runs commands in a container through execCtx, for rig's

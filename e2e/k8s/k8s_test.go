@@ -71,6 +71,13 @@ func run(m *testing.M) int {
 			return fail("-k8s.rails-required", fmt.Errorf("this VM was booted without the rails' layout: %s. The Makefile asks for it under CI=true and whenever K8S_PAIR_OPTS has --rails: the layout was lost on the way to the guest (vm-pair.sh, vm-run.sh), and the job would run on one rail", why))
 		}
 	}
+	// And the pairs boot without its PCIe roots and stand-in GPUs, rather
+	// than TestDRAPairs skipping.
+	if *requirePairs {
+		if why := node.PairsLayoutMissing(pairsRoots, pairsCount/pairsRoots); why != "" {
+			return fail("-k8s.pairs-required", fmt.Errorf("this VM was booted without the alignment layout: %s. make e2e-k8s's pairs boot asks for it (K8S_PAIRS: vm-run.sh --nics 8 --pcie-roots 2 --standin-gpus 2): it was lost on the way to the guest, and TestDRAPairs would have nothing to pair", why))
+		}
+	}
 	if err := cririg.Setup(); err != nil {
 		return fail("cri setup", err)
 	}

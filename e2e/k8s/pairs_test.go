@@ -14,10 +14,10 @@ package k8s
 import (
 	"bufio"
 	"bytes"
+	"flag"
 	"fmt"
 	"maps"
 	"os"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -40,11 +40,16 @@ import (
 	"github.com/rdma-netns/rdma-netns/pkg/drarecord"
 )
 
+// requirePairs makes the alignment layout a precondition of the run (run,
+// before any setup) and of TestDRAPairs, which otherwise skips on a node
+// VM without it: the Makefile sets it for make e2e-k8s's pairs boot,
+// which exists only to run TestDRAPairs, so that a VM that lost
+// --standin-gpus or its PCIe roots on the way fails the stage instead of
+// passing it green.
+var requirePairs = flag.Bool("k8s.pairs-required", false, "fail at once unless this VM booted with the alignment layout (vm-run.sh --pcie-roots 2 --standin-gpus 2: two GPUs and test NICs under each of two PCIe roots), rather than skip TestDRAPairs")
+
 const (
-	// standinGPUsFile lists the VM's stand-in GPUs (vm-run.sh
-	// --standin-gpus): PCI address, root, NUMA node per line.
-	standinGPUsFile = "/run/standin-gpus"
-	standinDriver   = "gpu.e2e.rdma-netns.io"
+	standinDriver = "gpu.e2e.rdma-netns.io"
 	// gpuClass is the class conf/dra-claimtemplate-pairs.yaml names
 	// (NVIDIA's); on the test node it selects the stand-in driver's GPUs,
 	// so that the template applies as shipped.
@@ -55,6 +60,9 @@ const (
 	pairsPod       = "nccl-pairs-0"
 	pairsContainer = "nccl"
 	pairsCount     = 4
+	// pairsRoots are the node VM's PCIe roots besides bus 0, with
+	// pairsCount/pairsRoots GPUs under each.
+	pairsRoots = 2
 	// anyTemplate is the pair template without its constraints, and
 	// anyPod conf's pod on it: a claim that does not ask for alignment.
 	anyTemplate = "gpu-nic-any-4"
@@ -73,7 +81,10 @@ const (
 // enough GPUs and NICs were free), across roots, and the doctor names that
 // pod's GPUs without a NIC under their root.
 func TestDRAPairs(t *testing.T) {
-	if _, err := os.Stat(standinGPUsFile); err != nil {
+	if _, err := os.Stat(node.StandinGPUsFile); err != nil {
+		if *requirePairs {
+			t.Fatalf("-k8s.pairs-required: this node VM has no stand-in GPUs (%v): make e2e-k8s's alignment boot gives them (vm-run.sh --pcie-roots 2 --standin-gpus 2)", err)
+		}
 		t.Skip("this node VM has no stand-in GPUs: make e2e-k8s's alignment boot runs this (vm-run.sh --pcie-roots 2 --standin-gpus 2)")
 	}
 	p := newPairsRig(t)
@@ -108,7 +119,7 @@ func newPairsRig(t *testing.T) *pairsRig {
 	p := &pairsRig{dra: draRig{t: t}, gpus: map[string]standinGPU{}, rootOf: map[string]string{}}
 	for _, n := range layout {
 		root := pciRoot(t, n.PCI)
-		if root == "pci0000:00" { // eth0, on bus 0 beside the API's NIC
+		if root == node.Bus0Root { // eth0, beside the API's NIC
 			continue
 		}
 		p.dra.nics = append(p.dra.nics, n)
@@ -158,7 +169,7 @@ func newPairsRig(t *testing.T) *pairsRig {
 // readStandinGPUs reads vm-run.sh's list of stand-in GPUs.
 func readStandinGPUs(t *testing.T) []standinGPU {
 	t.Helper()
-	data, err := os.ReadFile(standinGPUsFile)
+	data, err := os.ReadFile(node.StandinGPUsFile)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,34 +178,24 @@ func readStandinGPUs(t *testing.T) []standinGPU {
 	for sc.Scan() {
 		f := strings.Fields(sc.Text())
 		if len(f) < 2 {
-			t.Fatalf("%s: line %q, want PCI address, root, NUMA node", standinGPUsFile, sc.Text())
+			t.Fatalf("%s: line %q, want PCI address, root, NUMA node", node.StandinGPUsFile, sc.Text())
 		}
 		gpus = append(gpus, standinGPU{pci: f[0], root: f[1]})
 	}
 	if len(gpus) != pairsCount {
-		t.Fatalf("%s lists %d GPUs, want %d (two roots, two each): %s", standinGPUsFile, len(gpus), pairsCount, data)
+		t.Fatalf("%s lists %d GPUs, want %d (two roots, two each): %s", node.StandinGPUsFile, len(gpus), pairsCount, data)
 	}
 	return gpus
 }
 
-// pciRoot is the PCIe root of a PCI function, from its sysfs path
-// (/sys/devices/pci0000:10/0000:10:00.0/0000:11:01.0 is under pci0000:10).
+// pciRoot is the PCIe root of a PCI function, from its sysfs path.
 func pciRoot(t *testing.T, pci string) string {
 	t.Helper()
-	path, err := filepath.EvalSymlinks("/sys/bus/pci/devices/" + pci)
+	root, err := node.PCIRootOf(pci)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return rootInPath(path)
-}
-
-func rootInPath(path string) string {
-	for _, el := range strings.Split(path, "/") {
-		if strings.HasPrefix(el, "pci") && strings.Contains(el, ":") {
-			return el
-		}
-	}
-	return ""
+	return root
 }
 
 func (p *pairsRig) nicRoots(nics []rig.NIC) string {
@@ -308,36 +309,27 @@ func pairIndex(req string) (int, bool, error) {
 // that netK+1 is nicK and sits under the root the claim says.
 func (p *pairsRig) inPodSysfs(t *testing.T, pod string, pairs []pair) []string {
 	t.Helper()
-	var script strings.Builder
+	var in []string
 	for k := range pairs {
-		fmt.Fprintf(&script, "readlink -f /sys/class/net/net%d/device; ", k+1)
+		in = append(in, fmt.Sprintf("/sys/class/net/net%d/device", k+1))
 	}
 	for _, pr := range pairs {
-		fmt.Fprintf(&script, "readlink -f /sys/bus/pci/devices/%s; ", pr.gpu.pci)
+		in = append(in, "/sys/bus/pci/devices/"+pr.gpu.pci)
 	}
-	out, stderr, err := execIn(t, "default", pod, pairsContainer, "sh", "-c", script.String())
-	if err != nil {
-		t.Fatalf("%s: reading its sysfs: %v\n%s", pod, err, stderr)
-	}
-	paths := strings.Fields(out)
-	if len(paths) != 2*len(pairs) {
-		t.Fatalf("%s: sysfs paths %q, want %d", pod, out, 2*len(pairs))
-	}
+	paths := resolveIn(t, "default", pod, pairsContainer, in...)
 	var roots []string
 	for k, pr := range pairs {
 		nicPath, gpuPath := paths[k], paths[len(pairs)+k]
-		// A virtio NIC's netdev hangs off its virtio device, below the
-		// PCI function; a ConnectX's off the function itself.
-		if !strings.Contains(nicPath+"/", "/"+pr.nic.PCI+"/") {
-			t.Errorf("%s: net%d is %s, not below the claim's nic%d %s", pod, k+1, nicPath, k, pr.nic.PCI)
+		if got := node.PCIFunction(nicPath); got != pr.nic.PCI {
+			t.Errorf("%s: net%d is %s, PCI function %q, not the claim's nic%d %s", pod, k+1, nicPath, got, k, pr.nic.PCI)
 		}
-		if got := rootInPath(nicPath); got != pr.nicRoot {
+		if got := node.PCIRoot(nicPath); got != pr.nicRoot {
 			t.Errorf("%s: net%d under %s in the pod's sysfs, the slice says %s", pod, k+1, got, pr.nicRoot)
 		}
-		if got := rootInPath(gpuPath); got != pr.gpu.root {
+		if got := node.PCIRoot(gpuPath); got != pr.gpu.root {
 			t.Errorf("%s: GPU %s under %s in the pod's sysfs, the slice says %s", pod, pr.gpu.pci, got, pr.gpu.root)
 		}
-		roots = append(roots, fmt.Sprintf("net%d %s, gpu%d %s", k+1, rootInPath(nicPath), k, rootInPath(gpuPath)))
+		roots = append(roots, fmt.Sprintf("net%d %s, gpu%d %s", k+1, node.PCIRoot(nicPath), k, node.PCIRoot(gpuPath)))
 	}
 	return roots
 }

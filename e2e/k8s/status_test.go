@@ -41,11 +41,11 @@ func networkStatus(t *testing.T, ns, name string) ([]netStatus, string) {
 	return status, raw
 }
 
-// attachment is the element of status for a network on an interface, or
-// nil.
+// attachment is the element of status for a network on an interface (on
+// any, iface ""), or nil.
 func attachment(status []netStatus, network, iface string) *netStatus {
 	for i, s := range status {
-		if s.Name == network && s.Interface == iface {
+		if s.Name == network && (iface == "" || s.Interface == iface) {
 			return &status[i]
 		}
 	}

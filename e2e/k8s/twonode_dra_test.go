@@ -23,6 +23,7 @@ import (
 
 	"github.com/rdma-netns/rdma-netns/e2e/cri/cririg"
 	"github.com/rdma-netns/rdma-netns/e2e/k8s/cluster"
+	"github.com/rdma-netns/rdma-netns/e2e/k8s/node"
 )
 
 const (
@@ -90,8 +91,8 @@ func waitRailsPublished(t *testing.T, nodeName string) {
 	devs := waitSliceOn(t, nodeName, len(claimRails))
 	var got, want []string
 	for _, attrs := range devs {
-		if v := attrs[netdevAttr].StringValue; v != nil {
-			got = append(got, *v)
+		if v := attrText(attrs, netdevAttr); v != "" {
+			got = append(got, v)
 		}
 	}
 	for _, r := range claimRails {
@@ -127,7 +128,9 @@ func startClaimJob(t *testing.T) railWorkers {
 
 // claimsOnRails checks, from the API, that each worker's claim is
 // allocated on its node with nic<k> the device of that node's slice
-// whose netdev is rail k's NIC, and reserved for the worker.
+// whose netdev is rail k's NIC, and reserved for the worker; then, in the
+// worker, that rail k's interface and RDMA device are that device
+// (railsInPod).
 func (job railWorkers) claimsOnRails(t *testing.T) {
 	t.Helper()
 	for _, w := range job.pods {
@@ -149,15 +152,14 @@ func (job railWorkers) claimsOnRails(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		netdevOf := map[string]string{} // pool/device -> netdev
+		attrsOf := map[string]map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{} // by pool/device
 		for _, s := range published {
 			for _, d := range s.Spec.Devices {
-				if v := d.Attributes[netdevAttr].StringValue; v != nil {
-					netdevOf[s.Spec.Pool.Name+"/"+d.Name] = *v
-				}
+				attrsOf[s.Spec.Pool.Name+"/"+d.Name] = d.Attributes
 			}
 		}
 		var got []string
+		pcis := make([]string, len(job.rails))
 		for k, r := range job.rails {
 			req := fmt.Sprintf("nic%d", k)
 			i := slices.IndexFunc(a.Devices.Results, func(res resourceapi.DeviceRequestAllocationResult) bool { return res.Request == req })
@@ -166,15 +168,61 @@ func (job railWorkers) claimsOnRails(t *testing.T) {
 				continue
 			}
 			res := a.Devices.Results[i]
-			nd, ok := netdevOf[res.Pool+"/"+res.Device]
+			attrs, ok := attrsOf[res.Pool+"/"+res.Device]
+			nd, pci := attrText(attrs, netdevAttr), attrText(attrs, pciBusIDAttr)
 			if res.Driver != draDriver || !ok || nd != r.nic {
 				t.Errorf("%s's claim %s: %s is %s/%s/%s (netdev %q in %s's slice), want the device whose netdev is %s",
 					w.label(), claim.Name, req, res.Driver, res.Pool, res.Device, nd, nodeName, r.nic)
 			}
-			got = append(got, fmt.Sprintf("%s=%s(%s)", req, res.Device, nd))
+			pcis[k] = pci
+			got = append(got, fmt.Sprintf("%s=%s(%s,%s)", req, res.Device, nd, pci))
 		}
 		t.Logf("%s's claim %s allocated on %s: %s", w.label(), claim.Name, nodeName, strings.Join(got, " "))
+		job.railsInPod(t, w, pcis)
 	}
+}
+
+// attrText is a device's string attribute, "" when it has none.
+func attrText(attrs map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, name resourceapi.QualifiedName) string {
+	if v := attrs[name].StringValue; v != nil {
+		return *v
+	}
+	return ""
+}
+
+// railsInPod checks, in w's pod, that rail k's interface (the one
+// Multus's network-status gives for rail k's network) and its RDMA device
+// (rail k's name) are both the PCI function pcis[k], the claim's nic<k>
+// by its node's slice (pciBusID): what the API allocated is what the pod
+// got, read in the pod's own sysfs.
+func (job railWorkers) railsInPod(t *testing.T, w spanWorker, pcis []string) {
+	t.Helper()
+	nodeName := cluster.NodeName(w.node)
+	status, raw := networkStatus(t, workersNS, w.name)
+	var ifs, paths []string
+	for _, r := range job.rails {
+		a := attachment(status, workersNS+"/"+r.network, "")
+		if a == nil {
+			t.Fatalf("%s on %s: network-status has no attachment of %s:\n%s", w.name, nodeName, r.network, raw)
+		}
+		ifs = append(ifs, a.Interface)
+		paths = append(paths, "/sys/class/net/"+a.Interface+"/device", "/sys/class/infiniband/"+r.name+"/device")
+	}
+	resolved := resolveIn(t, workersNS, w.name, "worker", paths...)
+	var got []string
+	for k, r := range job.rails {
+		nic, dev := node.PCIFunction(resolved[2*k]), node.PCIFunction(resolved[2*k+1])
+		if nic != pcis[k] {
+			t.Errorf("%s on %s: rail %d's interface %q (%s) is PCI function %q (%s), want the claim's nic%d %q",
+				w.name, nodeName, k, ifs[k], r.network, nic, resolved[2*k], k, pcis[k])
+		}
+		if dev != pcis[k] {
+			t.Errorf("%s on %s: rail %d's RDMA device %s is PCI function %q (%s), want its interface %q's, the claim's nic%d %q",
+				w.name, nodeName, k, r.name, dev, resolved[2*k+1], ifs[k], k, pcis[k])
+		}
+		got = append(got, fmt.Sprintf("%s=%s=%s(%s)", r.network, ifs[k], r.name, nic))
+	}
+	t.Logf("%s on %s, in its sysfs: %s", w.name, nodeName, strings.Join(got, " "))
 }
 
 // selectsNode: the allocation's node selector picks the node named
