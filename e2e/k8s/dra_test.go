@@ -982,7 +982,9 @@ func (d *draRig) allHome(t *testing.T) {
 }
 
 // hostDevices is every netdev and RDMA device of the host's netns, as
-// "netdev:NAME" and "rdma:NAME", sorted.
+// "netdev:NAME" and "rdma:NAME", sorted, but the host ends of the
+// cluster network's veth pairs: the bridge plugin makes and removes one
+// with every pod of any test, on the kubelet's time.
 func hostDevices(t *testing.T) []string {
 	t.Helper()
 	links, err := rig.NetdevsIn("")
@@ -995,7 +997,9 @@ func hostDevices(t *testing.T) []string {
 	}
 	var all []string
 	for _, l := range links {
-		all = append(all, "netdev:"+l)
+		if !strings.HasPrefix(l, "veth") {
+			all = append(all, "netdev:"+l)
+		}
 	}
 	for _, r := range devs {
 		all = append(all, "rdma:"+r)
