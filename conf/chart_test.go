@@ -91,17 +91,23 @@ func documents(manifest string) []string {
 
 // render renders vals with the Helm 4 SDK and decodes every object
 // strictly into its Kubernetes type, checking each DaemonSet as the files
-// of conf/ are checked (the binaries' own flags, the mounts, privileges).
+// of conf/ are checked (the binaries' own flags, the mounts, privileges),
+// and returns the DaemonSet named after the release (the installer's, not
+// the DRA driver's) with the objects.
 func render(t *testing.T, vals map[string]any) (*appsv1.DaemonSet, []object) {
 	t.Helper()
 	ds, objs := renderObjects(t, vals)
-	if err := checkDaemonSet(ds); err != nil {
-		t.Fatalf("rendered DaemonSet: %v", err)
+	for _, o := range objs {
+		if d, ok := o.obj.(*appsv1.DaemonSet); ok {
+			if err := checkDaemonSet(d); err != nil {
+				t.Fatalf("rendered DaemonSet %s: %v", d.Name, err)
+			}
+		}
 	}
 	return ds, objs
 }
 
-// renderObjects is render without the DaemonSet's checks, for values the
+// renderObjects is render without the DaemonSets' checks, for values the
 // checks rightly refuse (an image older than a flag the binary now has).
 func renderObjects(t *testing.T, vals map[string]any) (*appsv1.DaemonSet, []object) {
 	t.Helper()
@@ -115,12 +121,12 @@ func renderObjects(t *testing.T, vals map[string]any) (*appsv1.DaemonSet, []obje
 	}
 	var ds *appsv1.DaemonSet
 	for _, o := range objs {
-		if d, ok := o.obj.(*appsv1.DaemonSet); ok {
+		if d, ok := o.obj.(*appsv1.DaemonSet); ok && d.Name == helmchart.ReleaseName {
 			ds = d
 		}
 	}
 	if ds == nil {
-		t.Fatal("no DaemonSet rendered")
+		t.Fatalf("no DaemonSet %s rendered", helmchart.ReleaseName)
 	}
 	return ds, objs
 }

@@ -3,11 +3,13 @@ package conf
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"path"
 	"slices"
 	"strings"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 
@@ -168,35 +170,44 @@ func checkToken(spec corev1.PodSpec, c *corev1.Container) error {
 	return nil
 }
 
-// draRules are what the driver asks of the API server.
-var draRules = []struct{ group, resource, verb string }{
-	{"resource.k8s.io", "resourceslices", "get"},
-	{"resource.k8s.io", "resourceslices", "list"},
-	{"resource.k8s.io", "resourceslices", "watch"},
-	{"resource.k8s.io", "resourceslices", "create"},
-	{"resource.k8s.io", "resourceslices", "update"},
-	{"resource.k8s.io", "resourceslices", "patch"},
-	{"resource.k8s.io", "resourceslices", "delete"},
-	{"resource.k8s.io", "resourceclaims", "get"},
-	{"resource.k8s.io", "resourceclaims", "list"},
-	{"resource.k8s.io", "resourceclaims", "watch"},
-	{"", "pods", "get"},
-	{"", "pods", "list"},
-	{"", "pods", "watch"},
-	{"", "nodes", "get"},
-	{"", "events", "create"},
-	{"", "events", "patch"},
+// driverOnly: the pod runs the DRA driver and nothing else, the
+// chart's DaemonSet of dra.enabled.
+func driverOnly(spec corev1.PodSpec) bool {
+	return len(spec.InitContainers) == 0 && len(spec.Containers) == 1 && draContainer(spec) != nil
 }
 
-// checkDRARBAC: the DaemonSet's ServiceAccount may do what the driver does.
+// checkDriverDaemonSet checks the driver's own DaemonSet: its one
+// container runs the image's driver binary as checkDRA wants it, and the
+// pod shares no host namespace but the network its /sys needs.
+func checkDriverDaemonSet(spec corev1.PodSpec, bins []string) error {
+	if !slices.Contains(bins, strings.TrimPrefix(draBinary, "/")) {
+		return fmt.Errorf("the image has no %s (the Makefile's IMAGE_BINS)", draBinary)
+	}
+	if spec.HostPID || spec.HostIPC {
+		return fmt.Errorf("hostPID %v, hostIPC %v: the driver looks at no other process", spec.HostPID, spec.HostIPC)
+	}
+	if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
+		return errors.New("automountServiceAccountToken is not false: the token goes where the dra container reads it")
+	}
+	if spec.ServiceAccountName == "" || spec.ServiceAccountName == "default" {
+		return fmt.Errorf("serviceAccountName %q: the driver needs one of its own, bound to its role", spec.ServiceAccountName)
+	}
+	if err := checkDRA(spec); err != nil {
+		return fmt.Errorf("container %s: %w", draContainer(spec).Name, err)
+	}
+	return nil
+}
+
+// checkDRARBAC: the driver's ServiceAccount may do what the driver does
+// (driverRules, chart_rbac_test.go).
 func checkDRARBAC(ns, sa string, r *rbac) error {
 	if !slices.ContainsFunc(r.accounts, func(a *corev1.ServiceAccount) bool { return a.Name == sa && a.Namespace == ns }) {
 		return fmt.Errorf("ServiceAccount %s/%s is not in the manifest", ns, sa)
 	}
-	roles := r.rolesOf(ns, sa)
-	for _, w := range draRules {
-		if !slices.ContainsFunc(roles, func(role *rbacv1.ClusterRole) bool { return allows(role, w.group, w.resource, w.verb) }) {
-			return fmt.Errorf("ServiceAccount %s/%s may not %s %s%s: the DRA driver needs it", ns, sa, w.verb, w.resource, groupSuffix(w.group))
+	may := accountRules(r, ns, sa)
+	for _, w := range driverRules {
+		if !slices.Contains(may, w) {
+			return fmt.Errorf("ServiceAccount %s/%s may not %s: the DRA driver needs it", ns, sa, w)
 		}
 	}
 	return nil
@@ -209,51 +220,67 @@ func groupSuffix(g string) string {
 	return "." + g
 }
 
-// With dra.enabled the DaemonSet runs the driver as the kubelet and the
-// CNI plugin need it, with the RBAC it needs, beside the other containers.
+// driverDaemonSet is the rendering's DaemonSet of the DRA driver.
+func driverDaemonSet(t *testing.T, objs []object) *appsv1.DaemonSet {
+	t.Helper()
+	for _, o := range objs {
+		if ds, ok := o.obj.(*appsv1.DaemonSet); ok && draContainer(ds.Spec.Template.Spec) != nil {
+			return ds
+		}
+	}
+	t.Fatalf("no DaemonSet runs %s", draBinary)
+	return nil
+}
+
+// With dra.enabled the driver runs as the kubelet and the CNI plugin need
+// it, in a DaemonSet of its own with the RBAC it needs, on the installer's
+// nodes; the installer's DaemonSet keeps its containers, the exporter
+// reading the driver's records.
 func TestChartDRA(t *testing.T) {
-	ds, objs := renderObjects(t, values("dra.enabled", true))
+	main, objs := render(t, values("dra.enabled", true))
+	ds := driverDaemonSet(t, objs)
 	spec := ds.Spec.Template.Spec
-	c := container(spec.Containers, "dra")
-	if c == nil || len(c.Command) == 0 || c.Command[0] != draBinary {
+	if ds.Name != "rdma-netns-dra" || ds.Namespace != main.Namespace {
+		t.Errorf("DaemonSet %s/%s, want %s/rdma-netns-dra", ds.Namespace, ds.Name, main.Namespace)
+	}
+	if c := container(spec.Containers, "dra"); c == nil || c.Command[0] != draBinary {
 		t.Fatalf("no container dra running %s", draBinary)
 	}
-	if err := checkDRA(spec); err != nil {
-		t.Fatalf("container dra: %v", err)
+	if err := checkDriverDaemonSet(spec, []string{strings.TrimPrefix(draBinary, "/")}); err != nil {
+		t.Errorf("DaemonSet %s: %v", ds.Name, err)
 	}
 	var names []string
-	for _, c := range spec.Containers {
+	for _, c := range main.Spec.Template.Spec.Containers {
 		names = append(names, c.Name)
 	}
-	if !slices.Equal(names, []string{"exporter", "nri", "dra"}) {
-		t.Errorf("containers %v, want exporter, nri and dra", names)
+	if !slices.Equal(names, []string{"exporter", "nri"}) {
+		t.Errorf("DaemonSet %s: containers %v, want exporter and nri", main.Name, names)
+	}
+	if m := mountAt(exporterContainer(main.Spec.Template.Spec), drarecord.DefaultDir); m == nil || !m.ReadOnly {
+		t.Errorf("the exporter mounts the records at %s: %+v, want read-only", drarecord.DefaultDir, m)
+	}
+	// The same nodes: scheduling is the chart's, for both.
+	m := main.Spec.Template.Spec
+	if !maps.Equal(spec.NodeSelector, m.NodeSelector) || !slices.Equal(spec.Tolerations, m.Tolerations) || spec.PriorityClassName != m.PriorityClassName {
+		t.Errorf("driver's nodeSelector %v, tolerations %v, priority %q; installer's %v, %v, %q: want the same",
+			spec.NodeSelector, spec.Tolerations, spec.PriorityClassName, m.NodeSelector, m.Tolerations, m.PriorityClassName)
+	}
+	if got := container(spec.Containers, "dra").Resources.Limits.Memory().String(); got != "192Mi" {
+		t.Errorf("the dra container's memory limit %s, want dra.resources' 192Mi", got)
 	}
 	var r rbac
 	for _, o := range objs {
 		r.add(o.obj)
 	}
-	if err := checkDRARBAC(ds.Namespace, spec.ServiceAccountName, &r); err != nil {
-		t.Error(err)
-	}
-	if err := checkRBAC(ds, &r); err != nil {
-		t.Error(err)
-	}
-	// The whole DaemonSet passes the checks of conf/'s files once the
-	// image holds the driver (the driver's branch adds it to IMAGE_BINS).
-	bins, err := imageBinaries()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !slices.Contains(bins, strings.TrimPrefix(draBinary, "/")) {
-		t.Logf("the Makefile's IMAGE_BINS has no %s yet: checked the dra container alone", draBinary)
-		return
-	}
-	if err := checkDaemonSet(ds); err != nil {
-		t.Errorf("rendered DaemonSet: %v", err)
+	for _, d := range []*appsv1.DaemonSet{main, ds} {
+		if err := checkRBAC(d, &r); err != nil {
+			t.Errorf("DaemonSet %s: %v", d.Name, err)
+		}
 	}
 }
 
-// The default renders nothing of DRA: no container, volume, token or role.
+// The default renders nothing of DRA: no DaemonSet, container, volume,
+// token, role or policy.
 func TestChartDRAOffByDefault(t *testing.T) {
 	for _, vs := range valueSets {
 		if vs.vals["dra"] != nil {
@@ -262,6 +289,11 @@ func TestChartDRAOffByDefault(t *testing.T) {
 		t.Run(vs.name, func(t *testing.T) {
 			ds, objs := renderObjects(t, vs.vals)
 			spec := ds.Spec.Template.Spec
+			for _, o := range objs {
+				if d, ok := o.obj.(*appsv1.DaemonSet); ok && d != ds || strings.HasPrefix(o.kind, "ValidatingAdmissionPolicy") {
+					t.Errorf("%s rendered without dra.enabled", o.kind)
+				}
+			}
 			if c := draContainer(spec); c != nil {
 				t.Errorf("container %s runs %s", c.Name, draBinary)
 			}
@@ -322,8 +354,8 @@ func TestDRARejects(t *testing.T) {
 		}, "add none"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ds, _ := renderObjects(t, values("dra.enabled", true))
-			spec := &ds.Spec.Template.Spec
+			_, objs := renderObjects(t, values("dra.enabled", true))
+			spec := &driverDaemonSet(t, objs).Spec.Template.Spec
 			tc.edit(spec, draContainer(*spec))
 			wantRejection(t, "the chart's dra container", checkDRA(*spec), tc.want)
 		})
@@ -347,12 +379,25 @@ func TestDRARBACRejects(t *testing.T) {
 				}
 			}
 		}, "may not delete resourceslices.resource.k8s.io"},
+		{"no claim get", func(r *rbac) {
+			for _, role := range r.roles {
+				role.Rules = slices.DeleteFunc(role.Rules, func(p rbacv1.PolicyRule) bool { return slices.Contains(p.Resources, "resourceclaims") })
+			}
+		}, "may not get resourceclaims.resource.k8s.io"},
 		{"role not bound", func(r *rbac) {
 			r.bindings = slices.DeleteFunc(r.bindings, func(b *rbacv1.ClusterRoleBinding) bool { return strings.HasSuffix(b.Name, "-dra") })
-		}, "may not get resourceslices"},
+		}, "may not create resourceslices"},
+		{"bound to the exporter's account", func(r *rbac) {
+			for _, b := range r.bindings {
+				if strings.HasSuffix(b.Name, "-dra") {
+					b.Subjects[0].Name = "rdma-netns"
+				}
+			}
+		}, "may not create resourceslices"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ds, objs := renderObjects(t, values("dra.enabled", true))
+			_, objs := renderObjects(t, values("dra.enabled", true))
+			ds := driverDaemonSet(t, objs)
 			var r rbac
 			for _, o := range objs {
 				r.add(o.obj)

@@ -94,9 +94,7 @@ func checkExporterToken(spec corev1.PodSpec, c *corev1.Container, o exporter.Opt
 		return errors.New("automountServiceAccountToken is not false: every container would hold the token")
 	}
 	for _, other := range append(spec.InitContainers, spec.Containers...) {
-		// The DRA driver has its own use for the token (dra_test.go).
-		isDRA := len(other.Command) > 0 && other.Command[0] == draBinary
-		if other.Name != c.Name && !isDRA && mountAt(&other, kubeauth.ServiceAccountDir) != nil {
+		if other.Name != c.Name && mountAt(&other, kubeauth.ServiceAccountDir) != nil {
 			return fmt.Errorf("container %s mounts a ServiceAccount token it has no use for", other.Name)
 		}
 	}

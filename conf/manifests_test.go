@@ -17,6 +17,7 @@ import (
 
 	"github.com/containernetworking/cni/libcni"
 	current "github.com/containernetworking/cni/pkg/types/100"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	nodev1 "k8s.io/api/node/v1"
@@ -95,6 +96,10 @@ var kinds = map[string]struct {
 	"ClusterRoleBinding":          {"rbac.authorization.k8s.io/v1", func() any { return &rbacv1.ClusterRoleBinding{} }},
 	"DeviceClass":                 {"resource.k8s.io/v1", func() any { return &resourcev1.DeviceClass{} }},
 	"ResourceClaimTemplate":       {"resource.k8s.io/v1", func() any { return &resourcev1.ResourceClaimTemplate{} }},
+	"ValidatingAdmissionPolicy":   {"admissionregistration.k8s.io/v1", func() any { return &admissionregistrationv1.ValidatingAdmissionPolicy{} }},
+	"ValidatingAdmissionPolicyBinding": {"admissionregistration.k8s.io/v1", func() any {
+		return &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
+	}},
 }
 
 // object is one decoded YAML document.
@@ -453,6 +458,9 @@ func checkDaemonSet(ds *appsv1.DaemonSet) error {
 	if err != nil {
 		return err
 	}
+	if driverOnly(ds.Spec.Template.Spec) {
+		return checkDriverDaemonSet(ds.Spec.Template.Spec, bins)
+	}
 	if err := checkInstaller(ds.Spec.Template.Spec, bins); err != nil {
 		return err
 	}
@@ -462,9 +470,7 @@ func checkDaemonSet(ds *appsv1.DaemonSet) error {
 		}
 	}
 	if runs(ds.Spec.Template.Spec, draBinary) {
-		if err := checkDRA(ds.Spec.Template.Spec); err != nil {
-			return fmt.Errorf("container dra: %w", err)
-		}
+		return errors.New("the DRA driver runs beside the installer: it needs a DaemonSet of its own, whose ServiceAccount only it uses")
 	}
 	if !runs(ds.Spec.Template.Spec, "/rdma-netns-nri") {
 		return nil // nri.enabled=false: nothing of NRI to check

@@ -19,10 +19,13 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/rdma-netns/rdma-netns/e2e/cri/cririg"
 	"github.com/rdma-netns/rdma-netns/e2e/internal/rig"
@@ -70,6 +73,7 @@ func TestDRA(t *testing.T) {
 	d.applyOneNICTemplate()
 	d.slice = d.waitSlice(len(nics))
 	runSteps(t, []step{
+		{"Accounts", d.accounts},
 		{"TwoNICsEach", d.twoNICsEach},
 		{"PendingUntilFree", d.pendingUntilFree},
 		{"RaceForTheLastNIC", d.raceForLastNIC},
@@ -116,9 +120,16 @@ func (d *draRig) nicByPCI(pci string) (rig.NIC, bool) {
 	return rig.NIC{}, false
 }
 
+// The chart's DRA driver (dra.enabled): a DaemonSet of its own, apart
+// from conf/daemonset.yaml's, with its own ServiceAccount.
+const (
+	draDSName   = "rdma-netns-dra"
+	draSelector = "app.kubernetes.io/name=rdma-netns-dra"
+)
+
 // enable renders the chart as `helm upgrade --set dra.enabled=true` would
 // (the suite's image, the four NICs) and applies it over conf/daemonset.yaml,
-// then waits for the DaemonSet's pod to run the dra container.
+// then waits for the driver's pod to run on the node.
 func (d *draRig) enable() {
 	t := d.t
 	t.Helper()
@@ -127,13 +138,12 @@ func (d *draRig) enable() {
 		pcis[i] = n.PCI
 	}
 	applyChartDRA(t, pcis)
-	d.waitDSContainers(true)
+	d.waitDriver(true)
 }
 
-// applyChartDRA applies the chart with dra.enabled over the installed
-// DaemonSet, the driver offering the NICs of PCI addresses pcis on every
-// node; it does not wait for the DaemonSet's pods.
-func applyChartDRA(t *testing.T, pcis []string) {
+// chartDRA renders the chart with dra.enabled, the suite's image, the
+// driver offering the NICs of PCI addresses pcis on every node.
+func chartDRA(t *testing.T, pcis []string) []byte {
 	t.Helper()
 	sv, err := cs.Discovery().ServerVersion()
 	if err != nil {
@@ -150,58 +160,215 @@ func applyChartDRA(t *testing.T, pcis []string) {
 	if err != nil {
 		t.Fatalf("helm template with dra.enabled: %v\n%s", err, stderr.String())
 	}
-	if err := apply(ctx(t), out); err != nil {
+	return out
+}
+
+// applyChartDRA applies the chart with dra.enabled over the installed
+// DaemonSet, the driver offering the NICs of PCI addresses pcis on every
+// node; it does not wait for the pods.
+func applyChartDRA(t *testing.T, pcis []string) {
+	t.Helper()
+	if err := apply(ctx(t), chartDRA(t, pcis)); err != nil {
 		t.Fatalf("apply the chart with dra.enabled: %v", err)
 	}
 }
 
-// waitDSContainers waits for the DaemonSet's pod to be Ready with (or
-// without) its dra container.
-func (d *draRig) waitDSContainers(dra bool) *corev1.Pod {
-	d.t.Helper()
-	return waitDSContainersOn(d.t, dra, node.Name)[node.Name]
-}
-
-// waitDSContainersOn waits for the DaemonSet's pods of the nodes named to
-// be Ready with (or without) their dra container, and returns them by
-// node name.
-func waitDSContainersOn(t *testing.T, dra bool, nodeNames ...string) map[string]*corev1.Pod {
+// removeChartDRA puts the chart back at its default as `helm upgrade
+// --set dra.enabled=false` would: conf/daemonset.yaml applied over the
+// installed DaemonSet, and what only dra.enabled renders (the driver's
+// DaemonSet first, then its ServiceAccount, role, binding and slice
+// policy) deleted. It does not wait for the pods.
+func removeChartDRA(t *testing.T) {
 	t.Helper()
-	var pods map[string]*corev1.Pod
-	err := cririg.Wait(6*time.Minute, fmt.Sprintf("the DaemonSet's pods on %v Ready, dra container %v", nodeNames, dra), func() (bool, error) {
-		var err error
-		pods, err = waitDaemonSetPods(ctx(t), imageRepo+":"+newTag)
-		if err != nil {
-			return false, err
-		}
-		for _, n := range nodeNames {
-			p := pods[n]
-			if p == nil || containersOf(p)["dra"] != dra || p.DeletionTimestamp != nil {
-				return false, nil
-			}
-		}
-		return true, nil
-	})
+	c := ctx(t)
+	def, err := os.ReadFile(node.ManifestDir + "/daemonset.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return pods
+	if err := apply(c, def); err != nil {
+		t.Fatalf("apply conf/daemonset.yaml: %v", err)
+	}
+	if err := deleteAbsent(c, chartDRA(t, nil), def); err != nil {
+		t.Fatalf("delete the chart's DRA objects: %v", err)
+	}
 }
 
-// cleanup deletes the test's pods, puts conf/daemonset.yaml back as the
-// other tests expect it, and removes the test's DRA objects.
+// waitDriver waits for the chart on the node as waitDriverOn does, and
+// returns the node's driver pod (nil when !dra).
+func (d *draRig) waitDriver(dra bool) *corev1.Pod {
+	d.t.Helper()
+	return waitDriverOn(d.t, dra, node.Name)[node.Name]
+}
+
+// waitDriverOn waits for the chart's pods on the nodes named: the
+// DaemonSet's pods Ready with the suite's image and its latest template
+// (rolled out), and one Ready pod of the driver's DaemonSet, rolled out
+// and not being deleted, on each node when dra, none when not. It returns
+// the driver's pods by node name.
+func waitDriverOn(t *testing.T, dra bool, nodeNames ...string) map[string]*corev1.Pod {
+	t.Helper()
+	var drivers map[string]*corev1.Pod
+	var last string
+	err := cririg.Wait(6*time.Minute, fmt.Sprintf("the chart's pods on %v Ready, the DRA driver's %v", nodeNames, dra), func() (bool, error) {
+		if _, err := waitDaemonSetPods(ctx(t), imageRepo+":"+newTag); err != nil {
+			return false, err
+		}
+		if done, why, err := rolledOut(ctx(t), dsName); !done || err != nil {
+			last = why
+			return false, err
+		}
+		var done bool
+		var err error
+		drivers, done, last, err = driverPods(ctx(t), dra, nodeNames)
+		return done, err
+	})
+	if err != nil {
+		t.Fatalf("%v; last: %s", err, last)
+	}
+	return drivers
+}
+
+// rolledOut tells, as `kubectl rollout status` does, whether the
+// DaemonSet name runs its latest template on every node it should, and
+// why not.
+func rolledOut(c context.Context, name string) (bool, string, error) {
+	ds, err := cs.AppsV1().DaemonSets(dsNamespace).Get(c, name, metav1.GetOptions{})
+	if err != nil {
+		return false, "", err
+	}
+	st := ds.Status
+	switch {
+	case st.ObservedGeneration < ds.Generation:
+		return false, fmt.Sprintf("DaemonSet %s: generation %d not observed yet (%d)", name, ds.Generation, st.ObservedGeneration), nil
+	case st.UpdatedNumberScheduled < st.DesiredNumberScheduled || st.NumberAvailable < st.DesiredNumberScheduled:
+		return false, fmt.Sprintf("DaemonSet %s: %d of %d pods updated, %d available", name, st.UpdatedNumberScheduled, st.DesiredNumberScheduled, st.NumberAvailable), nil
+	}
+	return true, "", nil
+}
+
+// driverPods checks the driver's pods on the nodes named: with dra, its
+// DaemonSet rolled out and one pod on each node, Ready, of the suite's
+// image, not being deleted (returned by node name); without, no pod of it
+// on them. why says what is not so yet.
+func driverPods(c context.Context, dra bool, nodeNames []string) (pods map[string]*corev1.Pod, done bool, why string, err error) {
+	list, err := cs.CoreV1().Pods(dsNamespace).List(c, metav1.ListOptions{LabelSelector: draSelector})
+	if err != nil {
+		return nil, false, "", err
+	}
+	on := map[string][]*corev1.Pod{}
+	for i := range list.Items {
+		p := &list.Items[i]
+		on[p.Spec.NodeName] = append(on[p.Spec.NodeName], p)
+	}
+	pods = map[string]*corev1.Pod{}
+	for _, n := range nodeNames {
+		ps := on[n]
+		if !dra {
+			if len(ps) > 0 {
+				return nil, false, fmt.Sprintf("driver pod %s still on %s", ps[0].Name, n), nil
+			}
+			continue
+		}
+		if len(ps) != 1 {
+			return nil, false, fmt.Sprintf("%d driver pods on %s, want 1", len(ps), n), nil
+		}
+		p := ps[0]
+		if !podReady(p) || p.DeletionTimestamp != nil || p.Spec.Containers[0].Image != imageRepo+":"+newTag {
+			return nil, false, fmt.Sprintf("driver pod %s on %s: %s, deleting %v, image %s, %+v", p.Name, n, p.Status.Phase, p.DeletionTimestamp != nil, p.Spec.Containers[0].Image, p.Status.ContainerStatuses), nil
+		}
+		pods[n] = p
+	}
+	if !dra {
+		return pods, true, "", nil
+	}
+	done, why, err = rolledOut(c, draDSName)
+	return pods, done, why, err
+}
+
+// What the chart's accounts may do on the API server: the driver's token
+// as the kubelet projects it (bound to the driver's pod, naming its node)
+// creates a slice of the driver on its node, and the slice policy refuses
+// one on another node; a token of the same account bound to no pod names
+// no node and writes no slice; the exporter's account writes no slice;
+// neither lists pods. Creates are dry runs: admission decides, nothing is
+// stored.
+func (d *draRig) accounts(t *testing.T) {
+	p := d.waitDriver(true)
+	tr, err := cs.CoreV1().ServiceAccounts(dsNamespace).CreateToken(ctx(t), p.Spec.ServiceAccountName, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{
+			ExpirationSeconds: new(int64(600)),
+			BoundObjectRef:    &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: p.Name, UID: p.UID},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("token of %s bound to pod %s: %v", p.Spec.ServiceAccountName, p.Name, err)
+	}
+	driver := tokenClient(t, tr.Status.Token)
+	unbound := tokenClient(t, saToken(t, dsNamespace, p.Spec.ServiceAccountName))
+	exporter := tokenClient(t, saToken(t, dsNamespace, dsName))
+	create := func(c kubernetes.Interface, nodeName string) error {
+		s := &resourceapi.ResourceSlice{
+			ObjectMeta: metav1.ObjectMeta{GenerateName: "e2e-policy-"},
+			Spec: resourceapi.ResourceSliceSpec{
+				Driver:   draDriver,
+				Pool:     resourceapi.ResourcePool{Name: nodeName, Generation: 1, ResourceSliceCount: 1},
+				NodeName: &nodeName,
+			},
+		}
+		_, err := c.ResourceV1().ResourceSlices().Create(ctx(t), s, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err
+	}
+	const policy = "ValidatingAdmissionPolicy '" + draDSName + "-slices'"
+	for _, tc := range []struct {
+		what string
+		err  error
+		want string // in the 403; "" allowed
+	}{
+		{"the driver's pod token, a slice of its node", create(driver, node.Name), ""},
+		{"the driver's pod token, a slice of another node", create(driver, "e2e-other-node"), policy},
+		{"the driver's account, a token bound to no pod", create(unbound, node.Name), "names no node"},
+		{"the exporter's account", create(exporter, node.Name), "cannot create resource \"resourceslices\""},
+	} {
+		switch {
+		case tc.want == "" && tc.err != nil:
+			t.Errorf("%s: %v, want allowed", tc.what, tc.err)
+		case tc.want != "" && (!apierrors.IsForbidden(tc.err) || !strings.Contains(tc.err.Error(), tc.want)):
+			t.Errorf("%s: %v, want 403 saying %s", tc.what, tc.err, tc.want)
+		case tc.err != nil:
+			t.Logf("%s: %v", tc.what, tc.err)
+		}
+	}
+	for name, c := range map[string]kubernetes.Interface{"driver's": driver, "exporter's": exporter} {
+		if _, err := c.CoreV1().Pods("").List(ctx(t), metav1.ListOptions{Limit: 1}); !apierrors.IsForbidden(err) {
+			t.Errorf("the %s account lists pods: %v, want 403", name, err)
+		}
+	}
+}
+
+// tokenClient is a client of the API server authenticating with token
+// alone.
+func tokenClient(t *testing.T, token string) kubernetes.Interface {
+	t.Helper()
+	cfg := rest.AnonymousClientConfig(restCfg)
+	cfg.BearerToken = token
+	c, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// cleanup deletes the test's pods, puts the chart back at its default
+// (conf/daemonset.yaml) as the other tests expect it, and removes the
+// test's DRA objects.
 func (d *draRig) cleanup() {
 	t := d.t
 	c := ctx(t)
 	for _, name := range []string{draConfPod, "dra-b", "dra-c", "dra-one", "dra-race-1", "dra-race-2", "dra-alias", "dra-victim", "dra-noattach", "dra-nodriver"} {
 		_ = cs.CoreV1().Pods("default").Delete(c, name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
 	}
-	if data, err := os.ReadFile(node.ManifestDir + "/daemonset.yaml"); err == nil {
-		if err := apply(c, data); err != nil {
-			t.Errorf("cleanup: apply conf/daemonset.yaml: %v", err)
-		}
-	}
-	d.waitDSContainers(false)
+	removeChartDRA(t)
+	d.waitDriver(false)
 	_ = cs.ResourceV1().ResourceClaimTemplates("default").Delete(c, draOneTemplate, metav1.DeleteOptions{})
 }
 
@@ -600,14 +767,11 @@ func sameRecord(t *testing.T, before recordFile, when string) {
 	}
 }
 
-// noPrepareLogged fails t if the driver's log, in the DaemonSet pod of
-// this node, has a Prepare of the claim: kubelet did not ask again.
+// noPrepareLogged fails t if the log of this node's driver pod has a
+// Prepare of the claim: kubelet did not ask again.
 func noPrepareLogged(t *testing.T, claimUID, when string) {
 	t.Helper()
-	p, err := waitDaemonSetPod(ctx(t), imageRepo+":"+newTag)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := waitDriverOn(t, true, node.Name)[node.Name]
 	out, err := cs.CoreV1().Pods(dsNamespace).GetLogs(p.Name, &corev1.PodLogOptions{Container: "dra"}).DoRaw(ctx(t))
 	if err != nil {
 		t.Fatalf("the dra container's log in %s: %v", p.Name, err)
@@ -779,7 +943,7 @@ func (d *draRig) aliasOfAnother(t *testing.T) {
 	d.sliceUnchanged(t, "after a tenant named its NIC after another's")
 }
 
-// The driver restarted (its DaemonSet pod deleted and replaced), then
+// The driver restarted (its pod deleted and replaced by its DaemonSet), then
 // kubelet, under dra-c holding two claimed NICs: the pod keeps its
 // sandbox, its NICs and its record, and the slice is unchanged; the
 // restarted driver publishes the devices dra-c holds, which the host no
@@ -789,13 +953,13 @@ func (d *draRig) restarts(t *testing.T) {
 	sb := sandboxOf(t, "default", "dra-c").Id
 	before := d.holds(t, "dra-c", 2)
 	rec := d.recordOf(t, "dra-c")
-	old := d.waitDSContainers(true)
+	old := d.waitDriver(true)
 	if err := cs.CoreV1().Pods(dsNamespace).Delete(ctx(t), old.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	err := cririg.Wait(6*time.Minute, "a new DaemonSet pod with its dra container Ready", func() (bool, error) {
-		p, err := waitDaemonSetPod(ctx(t), imageRepo+":"+newTag)
-		return err == nil && p.UID != old.UID && containersOf(p)["dra"], nil
+	err := cririg.Wait(6*time.Minute, "a new driver pod Ready", func() (bool, error) {
+		pods, done, _, err := driverPods(ctx(t), true, []string{node.Name})
+		return err == nil && done && pods[node.Name].UID != old.UID, nil
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -930,14 +1094,8 @@ func waitEventReason(t *testing.T, ns, name, reason string, want ...string) core
 // published though the host cannot see them) and the pod runs.
 func (d *draRig) driverAbsent(t *testing.T) {
 	const pod = "dra-nodriver"
-	data, err := os.ReadFile(node.ManifestDir + "/daemonset.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := apply(ctx(t), data); err != nil {
-		t.Fatal(err)
-	}
-	d.waitDSContainers(false)
+	removeChartDRA(t)
+	d.waitDriver(false)
 	if err := cririg.Wait(2*time.Minute, "the driver's slice gone", func() (bool, error) {
 		devs, err := d.sliceDevices()
 		return err == nil && len(devs) == 0, err

@@ -403,7 +403,7 @@ func lastLines(s string, n int) string {
 // back (on a boot other than bootID) with every rail's device and NIC home (its
 // pod's netns died with the old kernel); then the job's pods are deleted,
 // as a job controller deletes them, and both nodes' devices are home.
-// With claims, node 2's DaemonSet pod must run its dra container again
+// With claims, node 2 must run the DRA driver's pod again
 // first: the kubelet frees a deleted pod's claim through the driver
 // (NodeUnprepareResources), so the pod and its claim are gone only then.
 // Node 2 reboots through its agent: nothing is stopped, as with
@@ -458,9 +458,9 @@ func (job railWorkers) rebootMidJob(t *testing.T, bootID string) {
 	}
 	if job.claims {
 		name := cluster.NodeName(2)
-		waitDSContainersOn(t, true, name)
+		waitDriverOn(t, true, name)
 		waitRailsPublished(t, name)
-		t.Logf("node 2's dra container Ready and its NICs published %s after the reboot began", time.Since(rebooted).Round(time.Second))
+		t.Logf("node 2's driver pod Ready and its NICs published %s after the reboot began", time.Since(rebooted).Round(time.Second))
 	}
 	job.stop(t)
 }

@@ -52,7 +52,7 @@ var claimRails = []rail{
 // are node 1's, the same on node 2: vm-pair.sh gives both VMs one QEMU
 // layout), and conf's DeviceClass, rails template and networks in the
 // workers' namespace (applyManifest's default, workersNS). It does not
-// wait for the DaemonSet's pods (waitTwoNodeDRA), so that they roll out
+// wait for the chart's pods (waitTwoNodeDRA), so that they roll out
 // while the test does other work. The chart is not put back: the
 // two-node stage ends with TestTwoNodes, whose later parts name their
 // NICs in NADs and leave the driver's NICs to no claim.
@@ -70,18 +70,18 @@ func enableTwoNodeDRA(t *testing.T) {
 	t.Logf("the chart with dra.enabled (NICs %v) and conf's rails by claim applied in %s", pcis, time.Since(started).Round(time.Second))
 }
 
-// waitTwoNodeDRA waits for both nodes' DaemonSet pods to run the dra
-// container and for the driver to publish claimRails's NICs, by their
-// netdevs, for both nodes.
+// waitTwoNodeDRA waits for both nodes to run the chart's pods, the DRA
+// driver's among them (waitDriverOn), and for the driver to publish
+// claimRails's NICs, by their netdevs, for both nodes.
 func waitTwoNodeDRA(t *testing.T) {
 	t.Helper()
 	started := time.Now()
 	names := []string{cluster.NodeName(1), cluster.NodeName(2)}
-	waitDSContainersOn(t, true, names...)
+	waitDriverOn(t, true, names...)
 	for _, n := range names {
 		waitRailsPublished(t, n)
 	}
-	t.Logf("DRA on both nodes: the dra containers Ready and their NICs published %s after waiting began", time.Since(started).Round(time.Second))
+	t.Logf("DRA on both nodes: the driver's pods Ready and their NICs published %s after waiting began", time.Since(started).Round(time.Second))
 }
 
 // waitRailsPublished waits for the driver's slice of the node named

@@ -449,8 +449,8 @@ func TestTwoNodes(t *testing.T) {
 	}
 	claims := railsLayout()
 	if claims {
-		// First: the DaemonSet's pods roll out with the dra container
-		// while node 2 is awaited and the MPI image imported.
+		// First: the DRA driver's pods roll out while node 2 is awaited
+		// and the MPI image imported.
 		enableTwoNodeDRA(t)
 	}
 	before := waitJoined(t, 2, "")

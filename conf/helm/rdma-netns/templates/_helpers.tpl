@@ -12,6 +12,16 @@
 {{- end -}}
 {{- end -}}
 
+{{/* The DRA driver's DaemonSet, ServiceAccount and roles: the DaemonSet's name and -dra. */}}
+{{- define "rdma-netns.draFullname" -}}
+{{- printf "%s-dra" (include "rdma-netns.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* The DRA driver's pods' app.kubernetes.io/name: apart from the main DaemonSet's, whose selector must not count them. */}}
+{{- define "rdma-netns.draName" -}}
+{{- printf "%s-dra" (include "rdma-netns.name" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
 {{- define "rdma-netns.name" -}}
 {{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
