@@ -772,9 +772,15 @@ func sameRecord(t *testing.T, before recordFile, when string) {
 func noPrepareLogged(t *testing.T, claimUID, when string) {
 	t.Helper()
 	p := waitDriverOn(t, true, node.Name)[node.Name]
-	out, err := cs.CoreV1().Pods(dsNamespace).GetLogs(p.Name, &corev1.PodLogOptions{Container: "dra"}).DoRaw(ctx(t))
-	if err != nil {
-		t.Fatalf("the dra container's log in %s: %v", p.Name, err)
+	// The API server reads the log from the kubelet, which may not serve
+	// it yet just after its restart ("an error on the server").
+	var out []byte
+	if err := cririg.Wait(2*time.Minute, "the log of the driver's pod "+p.Name, func() (bool, error) {
+		var err error
+		out, err = cs.CoreV1().Pods(dsNamespace).GetLogs(p.Name, &corev1.PodLogOptions{Container: "dra"}).DoRaw(ctx(t))
+		return err == nil, err
+	}); err != nil {
+		t.Fatal(err)
 	}
 	for _, l := range strings.Split(string(out), "\n") {
 		if strings.Contains(l, "prepare: claim") && strings.Contains(l, "("+claimUID+")") {
