@@ -77,12 +77,12 @@ func TestAPICalls(t *testing.T) {
 	defer cancel()
 	records := drarecord.Dir(t.TempDir())
 	scanner := nics.Scanner{Root: sys.Root}
-	pluginDir := t.TempDir()
+	pluginDir, regDir := t.TempDir(), t.TempDir()
 	helper, err := kubeletplugin.Start(ctx, &driver.Driver{Records: records, Scanner: scanner, Log: log.New(io.Discard, "", 0)},
 		kubeletplugin.DriverName(drarecord.DriverName),
 		kubeletplugin.KubeClient(cs),
 		kubeletplugin.NodeName(node),
-		kubeletplugin.RegistrarDirectoryPath(t.TempDir()),
+		kubeletplugin.RegistrarDirectoryPath(regDir),
 		kubeletplugin.PluginDataDirectoryPath(pluginDir),
 		kubeletplugin.HealthService(false),
 	)
@@ -90,6 +90,11 @@ func TestAPICalls(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer helper.Stop()
+	// The sockets the driver's watch looks for are the ones kubeletplugin
+	// made.
+	if gone := missingSocket(kubeletSockets(regDir, pluginDir)); gone != "" {
+		t.Fatalf("kubeletplugin made no %s", gone)
+	}
 	p := &publisher{node: node, records: records, scanner: scanner, sysfs: sys.Root, log: log.New(io.Discard, "", 0), publish: helper.PublishResources}
 
 	p.once(ctx)

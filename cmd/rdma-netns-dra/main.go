@@ -7,8 +7,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"io/fs"
 	"log"
 	"os"
 	"os/signal"
@@ -99,6 +101,11 @@ func run(o options, logger *log.Logger) error {
 	tick := time.NewTicker(o.rescan)
 	defer tick.Stop()
 	for {
+		if gone := missingSocket(kubeletSockets(registrarDir, pluginDir)); gone != "" {
+			return fmt.Errorf("the kubelet's socket %s is gone: another instance of the driver removed it as it stopped "+
+				"(an upgrade from a chart that ran the driver in the rdma-netns DaemonSet overlaps the two), so the kubelet no longer reaches this one; "+
+				"exiting, for the kubelet to restart this container, which registers again", gone)
+		}
 		p.once(ctx)
 		select {
 		case <-ctx.Done():
@@ -107,6 +114,29 @@ func run(o options, logger *log.Logger) error {
 		case <-tick.C:
 		}
 	}
+}
+
+// kubeletSockets are where kubeletplugin, given these directories,
+// listens for the kubelet: the registration socket the kubelet watches
+// for, and the DRA service's.
+func kubeletSockets(registrar, plugin string) []string {
+	return []string{
+		filepath.Join(registrar, drarecord.DriverName+"-reg.sock"),
+		filepath.Join(plugin, "dra.sock"),
+	}
+}
+
+// missingSocket is the first of paths that is not there, "" when all are.
+// A driver stopping removes its sockets by path as it closes them,
+// whichever process listens there now: an instance that stops while
+// another has started takes the other's sockets away.
+func missingSocket(paths []string) string {
+	for _, p := range paths {
+		if _, err := os.Lstat(p); errors.Is(err, fs.ErrNotExist) {
+			return p
+		}
+	}
+	return ""
 }
 
 // pciAllowList parses --pci-addresses; empty means every NIC.

@@ -65,3 +65,24 @@ func TestPCIAllowList(t *testing.T) {
 		}
 	}
 }
+
+// The driver finds its kubelet sockets gone when another instance took
+// them away as it stopped, and says which.
+func TestMissingSocket(t *testing.T) {
+	dir := t.TempDir()
+	reg, dra := filepath.Join(dir, "reg.sock"), filepath.Join(dir, "dra.sock")
+	for _, p := range []string{reg, dra} {
+		if err := os.WriteFile(p, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := missingSocket([]string{reg, dra}); got != "" {
+		t.Fatalf("both there: missingSocket = %q, want none", got)
+	}
+	if err := os.Remove(dra); err != nil {
+		t.Fatal(err)
+	}
+	if got := missingSocket([]string{reg, dra}); got != dra {
+		t.Fatalf("%s removed: missingSocket = %q", dra, got)
+	}
+}
