@@ -45,6 +45,8 @@ const (
 	pcieRootAttr   = "resource.kubernetes.io/pcieRoot"
 	pciBusIDAttr   = "resource.kubernetes.io/pciBusID"
 	draOneTemplate = "rdma-nics-1"
+	// draDeviceClass is conf/dra-deviceclass.yaml's class.
+	draDeviceClass = "rdma-nic.rdma-netns.io"
 )
 
 // draNetdevs are the NICs the driver publishes in TestDRA (the chart's
@@ -78,6 +80,7 @@ func TestDRA(t *testing.T) {
 		{"PendingUntilFree", d.pendingUntilFree},
 		{"RaceForTheLastNIC", d.raceForLastNIC},
 		{"DriverAndKubeletRestart", d.restarts},
+		{"AdminAccessRefused", d.adminAccessRefused},
 		{"AttachAbsent", d.attachAbsent},
 		{"DriverAbsent", d.driverAbsent},
 		{"AliasOfAnother", d.aliasOfAnother},
@@ -712,14 +715,20 @@ func (d *draRig) recordOf(t *testing.T, pod string) recordFile {
 // pod, and names nics (by PCI address, in order).
 func (d *draRig) recordNames(t *testing.T, pod, claim string, nics []rig.NIC) recordFile {
 	t.Helper()
+	return recordOfClaim(t, pod, d.claimUID(t, claim), nics)
+}
+
+// recordOfClaim checks that the record of the claim of that UID is on the
+// node, for the pod, and names nics (by PCI address, in order).
+func recordOfClaim(t *testing.T, pod, uid string, nics []rig.NIC) recordFile {
+	t.Helper()
 	p, err := cs.CoreV1().Pods("default").Get(ctx(t), pod, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	uid := d.claimUID(t, claim)
 	rec, ok, err := drarecord.Dir(draRecordDir).Load(uid)
 	if err != nil || !ok {
-		t.Fatalf("pod %s: no record of its claim %s (%s) on the node (%v)", pod, claim, uid, err)
+		t.Fatalf("pod %s: no record of its claim %s on the node (%v)", pod, uid, err)
 	}
 	var got, want []string
 	for _, dev := range rec.Devices {
@@ -729,7 +738,7 @@ func (d *draRig) recordNames(t *testing.T, pod, claim string, nics []rig.NIC) re
 		want = append(want, n.PCI)
 	}
 	if rec.PodUID != string(p.UID) || !slices.Equal(got, want) {
-		t.Errorf("pod %s (%s): the record of claim %s is for pod %s and names %v, want %v", pod, p.UID, claim, rec.PodUID, got, want)
+		t.Errorf("pod %s (%s): the record of claim %s is for pod %s and names %v, want %v", pod, p.UID, uid, rec.PodUID, got, want)
 	}
 	return statRecord(t, uid)
 }
@@ -1006,6 +1015,70 @@ func (d *draRig) restarts(t *testing.T) {
 	}
 	sameRecord(t, rec, "after the driver's and kubelet's restarts")
 	noPrepareLogged(t, rec.ClaimUID, "after the driver's and kubelet's restarts")
+}
+
+// A claim with adminAccess, in a namespace allowed it, asking for a NIC
+// dra-c holds: the scheduler gives it the NIC, ignoring dra-c's claim,
+// but the driver's Prepare refuses it (a NIC moves into one pod's netns),
+// so its pod gets the kubelet's FailedPrepareDynamicResources event
+// naming adminAccess, no sandbox, no container and no record, and dra-c
+// keeps its NICs.
+func (d *draRig) adminAccessRefused(t *testing.T) {
+	const ns, pod, claimName = "dra-admin", "dra-admin", "dra-admin-nic"
+	held := d.holds(t, "dra-c", 2)
+	c := ctx(t)
+	nsObj := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{"resource.kubernetes.io/admin-access": "true"}}}
+	if _, err := cs.CoreV1().Namespaces().Create(c, nsObj, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cs.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
+	claim := &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: claimName, Namespace: ns},
+		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
+			Name: "watch",
+			Exactly: &resourceapi.ExactDeviceRequest{
+				DeviceClassName: draDeviceClass,
+				AllocationMode:  resourceapi.DeviceAllocationModeExactCount,
+				Count:           1,
+				AdminAccess:     new(true),
+				Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
+					Expression: fmt.Sprintf(`device.attributes["resource.kubernetes.io"].pciBusID == %q`, held[0].PCI),
+				}}},
+			},
+		}}}},
+	}
+	created, err := cs.ResourceV1().ResourceClaims(ns).Create(c, claim, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := toolsPod(ns, pod, "")
+	delete(p.Annotations, "k8s.v1.cni.cncf.io/networks")
+	p.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "watch", ResourceClaimName: new(claimName)}}
+	createPod(t, p)
+	ev := waitEventReason(t, ns, pod, "FailedPrepareDynamicResources", "adminAccess")
+	t.Logf("an admin-access claim on dra-c's NIC %s: %s: %s", held[0].Netdev, ev.Reason, ev.Message)
+	for i := 0; i < 5; i++ {
+		got, err := cs.CoreV1().Pods(ns).Get(c, pod, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := noContainerStarted(got); err != nil {
+			t.Fatalf("%s: %v", pod, err)
+		}
+		if n := sandboxesLabelled(t, map[string]string{"io.kubernetes.pod.uid": string(got.UID)}); n != 0 {
+			t.Fatalf("%s: %d sandboxes, want none: its claim was not prepared", pod, n)
+		}
+		time.Sleep(2 * time.Second)
+	}
+	recordGone(t, string(created.UID))
+	if after := d.holds(t, "dra-c", 2); !slices.Equal(after, held) {
+		t.Errorf("dra-c holds %s after the admin-access claim, held %s", nicsText(after), nicsText(held))
+	}
+	deletePod(t, ns, pod, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+	if err := cs.ResourceV1().ResourceClaims(ns).Delete(c, claimName, metav1.DeleteOptions{}); err != nil {
+		t.Error(err)
+	}
+	d.sliceUnchanged(t, "after the admin-access claim")
 }
 
 // rdma-netns, the attach, absent from the node (its binary moved away):

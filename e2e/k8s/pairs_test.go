@@ -156,6 +156,7 @@ func newPairsRig(t *testing.T) *pairsRig {
 		applyManifest(t, m)
 	}
 	p.dra.slice = p.dra.waitSlice(len(p.dra.nics))
+	p.dra.host = hostDevices(t)
 	for name, attrs := range p.dra.slice {
 		pci := *attrs[pciBusIDAttr].StringValue
 		if got := *attrs[pcieRootAttr].StringValue; got != p.rootOf[pci] {
@@ -410,6 +411,11 @@ func (p *pairsRig) eachGPUItsNIC(t *testing.T) {
 			t.Errorf("doctor on %s: %s %s: %s", pairsPod, f.Severity, f.Subject, f.Reason)
 		}
 	}
+	var nics []rig.NIC
+	for _, pr := range pairs {
+		nics = append(nics, pr.nic)
+	}
+	recordOfClaim(t, pairsPod, uid, nics)
 	p.deleteAndWaitHome(t, pairsPod, uid)
 }
 
@@ -452,7 +458,7 @@ func (p *pairsRig) unalignablePending(t *testing.T) {
 		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
 			Name: "nics",
 			Exactly: &resourceapi.ExactDeviceRequest{
-				DeviceClassName: "rdma-nic.rdma-netns.io",
+				DeviceClassName: draDeviceClass,
 				AllocationMode:  resourceapi.DeviceAllocationModeExactCount,
 				Count:           int64(len(held)),
 				Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
@@ -563,5 +569,6 @@ func (p *pairsRig) allHome(t *testing.T) {
 		t.Error(err)
 	}
 	waitNoClaimRecords(t)
+	waitHostAsBefore(t, p.dra.host)
 	p.dra.sliceUnchanged(t, "every pod deleted")
 }
