@@ -145,7 +145,8 @@ func (d *draRig) enable() {
 }
 
 // chartDRA renders the chart with dra.enabled, the suite's image, the
-// driver offering the NICs of PCI addresses pcis on every node.
+// driver offering the NICs of PCI addresses pcis on every node (none: the
+// chart's default, every NIC; what removeChartDRA deletes is the same).
 func chartDRA(t *testing.T, pcis []string) []byte {
 	t.Helper()
 	sv, err := cs.Discovery().ServerVersion()
@@ -154,9 +155,12 @@ func chartDRA(t *testing.T, pcis []string) []byte {
 	}
 	// helm template renders without the cluster: it is told the
 	// cluster's version, which the chart's kubeVersion checks.
-	cmd := helmCmd("template", release, chartDir, "-n", dsNamespace, "--kube-version", sv.GitVersion,
-		"--set", "image.repository="+imageRepo, "--set", "image.tag="+newTag,
-		"--set", "dra.enabled=true", "--set", "dra.pciAddresses={"+strings.Join(pcis, ",")+"}")
+	args := []string{"template", release, chartDir, "-n", dsNamespace, "--kube-version", sv.GitVersion,
+		"--set", "image.repository=" + imageRepo, "--set", "image.tag=" + newTag, "--set", "dra.enabled=true"}
+	if len(pcis) > 0 {
+		args = append(args, "--set", "dra.pciAddresses={"+strings.Join(pcis, ",")+"}")
+	}
+	cmd := helmCmd(args...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
