@@ -961,11 +961,17 @@ func (d *draRig) aliasOfAnother(t *testing.T) {
 	waitNICsHome(t, []rig.NIC{tNIC, vNIC})
 	waitHostAsBefore(t, before)
 	for i, sb := range sandboxes {
-		exits, err := cririg.Exits("multus-shim", "DEL", sb)
-		if err != nil {
-			t.Fatal(err)
+		// The NIC is home once the plugins have run; the shim logs its
+		// exit after the daemon's answer.
+		var exits []string
+		if err := cririg.Wait(time.Minute, "multus-shim's DEL of "+sb+" exited", func() (bool, error) {
+			var err error
+			exits, err = cririg.Exits("multus-shim", "DEL", sb)
+			return len(exits) > 0, err
+		}); err != nil {
+			t.Error(err)
 		}
-		if len(exits) == 0 || slices.ContainsFunc(exits, func(e string) bool { return e != "rc=0" }) {
+		if slices.ContainsFunc(exits, func(e string) bool { return e != "rc=0" }) {
 			t.Errorf("%s's sandbox %s: multus-shim DEL exits %v, want only rc=0", []string{tenant, victim}[i], sb, exits)
 		}
 	}
