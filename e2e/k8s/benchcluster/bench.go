@@ -120,6 +120,7 @@ func (b *bench) progress(format string, args ...any) {
 
 func runSize(ctx context.Context, cfg Config, n int) ([]Result, *DriverResult, error) {
 	b := &bench{cfg: cfg, nodes: n}
+	began := time.Now()
 	dir := filepath.Join(cfg.Dir, fmt.Sprintf("n%d", n))
 	if err := os.RemoveAll(dir); err != nil {
 		return nil, nil, err
@@ -175,6 +176,9 @@ func runSize(ctx context.Context, cfg Config, n int) ([]Result, *DriverResult, e
 			return results, d, fmt.Errorf("clearing %s's pods: %w", t.Name, err)
 		}
 	}
+	cpu := b.cp.CPU()
+	b.progress("done in %.0fs; CPU: kube-apiserver %.0fs, etcd %.0fs, kube-scheduler %.0fs, kube-controller-manager %.0fs",
+		time.Since(began).Seconds(), cpu["kube-apiserver"].Seconds(), cpu["etcd"].Seconds(), cpu["kube-scheduler"].Seconds(), cpu["kube-controller-manager"].Seconds())
 	return results, d, nil
 }
 

@@ -226,7 +226,7 @@ func (b *bench) waitSlices(ctx context.Context, timeout time.Duration) (polls in
 		if time.Now().After(deadline) {
 			return polls, bytes, fmt.Errorf("%d of %d nodes' NIC slices with their %d NICs after %v", full, b.nodes, NICsPerNode, timeout)
 		}
-		time.Sleep(time.Second)
+		time.Sleep(2 * time.Second)
 	}
 }
 

@@ -33,7 +33,7 @@ func main() {
 	flag.StringVar(&sizes, "nodes", "100,500,1000", "comma-separated node counts")
 	flag.StringVar(&templates, "templates", "", "comma-separated templates to run (default all: the GPU-only control always runs)")
 	flag.IntVar(&cfg.InFlight, "in-flight", 20, "pods created and not yet scheduled, at most")
-	flag.DurationVar(&cfg.Steady, "steady", 2*time.Minute, "the publishers' steady state with no NIC change (the issue's figure: 30m)")
+	flag.DurationVar(&cfg.Steady, "steady", time.Minute, "the publishers' steady state with no NIC change (the issue's figure: 30m)")
 	flag.DurationVar(&cfg.Rescan, "rescan", 30*time.Second, "the publishers' rescan interval (rdma-netns-dra --rescan)")
 	flag.DurationVar(&cfg.Stall, "stall", 3*time.Minute, "fail a phase when no pod was scheduled for that long")
 	flag.Parse()
