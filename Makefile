@@ -456,7 +456,7 @@ bench-nodes:
 ## tables land in $(OUT)/bench-cluster.txt, the plots in BENCH_PLOTS.
 ## Ports: BENCH_CLUSTER_APISERVER_PORT, BENCH_CLUSTER_ETCD_PORT and the
 ## next (not e2e-k8s's, which may run beside it).
-BENCH_CLUSTER_NODES ?= 100,500,1000
+BENCH_CLUSTER_NODES ?= 100,500
 BENCH_CLUSTER_TEMPLATES ?=
 BENCH_CLUSTER_STEADY ?= 1m
 BENCH_CLUSTER_RESCAN ?= 30s
