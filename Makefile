@@ -85,7 +85,7 @@ unit: lint
 	PROMTOOL="$${PROMTOOL:-$$(scripts/promtool.sh)}" $(GO) test -count=1 -vet=off ./...
 	@if [ -f conf/go.mod ]; then cd conf && $(GO) test -count=1 -vet=off ./...; fi
 	cd cmd/rdma-netns-dra && $(GO) test -count=1 -vet=off ./...
-	cd e2e/k8s && $(GO) test -count=1 -vet=off ./cluster/... ./deviceplugin/... ./node/... ./railcount/... ./gpudriver/...
+	cd e2e/k8s && $(GO) test -count=1 -vet=off ./cluster/... ./deviceplugin/... ./node/... ./railcount/... ./gpudriver/... ./benchcluster/...
 
 payload:
 	rm -rf $(PAYLOAD)
@@ -439,6 +439,44 @@ bench-nodes:
 	@sed -n '/^=== K8S UCX RAILS BENCH BEGIN ===/,/^=== K8S UCX RAILS BENCH END ===/p' $(OUT)/bench-nodes/node1.log | sed '1d;$$d' | sed '1s/^/\n/' >> $(OUT)/bench-nodes.txt; cat $(OUT)/bench-nodes.txt
 	@rc=$$(cat $(OUT)/bench-nodes.rc); rm -f $(OUT)/bench-nodes.rc; [ "$$rc" != 0 ] || echo "job start bench table: $(OUT)/bench-nodes.txt"; exit $$rc
 
+## bench-cluster: the scheduler and the API server at cluster scale, on
+## this machine, not in make bench or make test (issue 66,
+## docs/bench-cluster.md): a control plane of its own (etcd,
+## kube-apiserver, kube-scheduler, the controller-manager's resourceclaim
+## controller alone; scripts/k8s/build.sh's binaries) with
+## BENCH_CLUSTER_NODES kubelet-less Ready nodes, each an 8-GPU 8-NIC
+## server (4 PCIe roots, 2 NUMA nodes) whose NIC slice rdma-netns-dra's
+## own publishing code writes from that server's sysfs and whose GPU slice
+## is the stand-in GPU driver's. Per size: the N publishers' first
+## publish, BENCH_CLUSTER_STEADY of rest (the issue's figure is 30m) and
+## one NIC unplugged and back, from the API server's metrics; then pods of
+## conf's templates as shipped (pairs, rails, any-2) and of a GPU-only
+## control, empty to full and one more that fits nowhere: pods/s and each
+## pod's latency, as ratios to the control, and the scheduler's CPU. The
+## tables land in $(OUT)/bench-cluster.txt, the plots in BENCH_PLOTS.
+## Ports: BENCH_CLUSTER_APISERVER_PORT, BENCH_CLUSTER_ETCD_PORT and the
+## next (not e2e-k8s's, which may run beside it).
+BENCH_CLUSTER_NODES ?= 100,500
+BENCH_CLUSTER_TEMPLATES ?=
+BENCH_CLUSTER_STEADY ?= 1m
+BENCH_CLUSTER_RESCAN ?= 30s
+BENCH_CLUSTER_IN_FLIGHT ?= 20
+BENCH_CLUSTER_APISERVER_PORT ?= 17443
+BENCH_CLUSTER_ETCD_PORT ?= 13379
+BENCH_CLUSTER_KUBELET_PORT ?= 17250
+BENCH_CLUSTER_FLAGS ?=
+bench-cluster:
+	@mkdir -p $(OUT); $(K8S_ENV); \
+	$(GO) -C e2e/k8s build -o $(abspath $(OUT))/rdma-netns-bench-cluster ./cmd/rdma-netns-bench-cluster || exit 1; \
+	{ $(OUT)/rdma-netns-bench-cluster -bin-dir "$$K8S_BIN_DIR" -dir $(OUT)/bench-cluster -conf conf \
+	    -nodes $(BENCH_CLUSTER_NODES) -templates '$(BENCH_CLUSTER_TEMPLATES)' -steady $(BENCH_CLUSTER_STEADY) \
+	    -rescan $(BENCH_CLUSTER_RESCAN) -in-flight $(BENCH_CLUSTER_IN_FLIGHT) -apiserver-port $(BENCH_CLUSTER_APISERVER_PORT) \
+	    -etcd-port $(BENCH_CLUSTER_ETCD_PORT) -kubelet-port $(BENCH_CLUSTER_KUBELET_PORT) $(BENCH_CLUSTER_FLAGS); \
+	  echo $$? > $(OUT)/bench-cluster.rc; } | tee $(OUT)/bench-cluster.log | sed '/^=== PLOT .* BEGIN ===$$/,/^=== PLOT END ===$$/d'
+	@sed -n '/^=== BENCH CLUSTER BEGIN ===/,/^=== BENCH CLUSTER END ===/p' $(OUT)/bench-cluster.log | sed '1d;$$d' > $(OUT)/bench-cluster.txt
+	@mkdir -p $(BENCH_PLOTS) && awk -v dir='$(BENCH_PLOTS)' '/^=== PLOT .* BEGIN ===$$/ { f = dir "/" $$3; next } /^=== PLOT END ===$$/ { close(f); print "bench plot: " f; f = ""; next } f != "" { print > f }' $(OUT)/bench-cluster.log
+	@rc=$$(cat $(OUT)/bench-cluster.rc); rm -f $(OUT)/bench-cluster.rc; [ "$$rc" != 0 ] || echo "cluster bench table: $(OUT)/bench-cluster.txt"; exit $$rc
+
 ## stress: fuzz the parsers on the host, then seeded random ADD/DEL rounds,
 ## concurrent ADD/DEL on the same and other devices,
 ## racing ADDs, injected faults and bad input in the test VM, then
@@ -471,7 +509,7 @@ fuzz:
 	  done; \
 	done
 
-.PHONY: bench bench-nri bench-link bench-k8s bench-nodes stress stress-vm stress-short fuzz
+.PHONY: bench bench-nri bench-link bench-k8s bench-nodes bench-cluster stress stress-vm stress-short fuzz
 
 ## image: the DaemonSet's image without Docker: the static binaries of
 ## IMAGE_BINS (NAME=PACKAGE) on scratch at /NAME, for every platform in

@@ -24,6 +24,7 @@ import (
 	"github.com/rdma-netns/rdma-netns/cmd/rdma-netns-dra/driver"
 	"github.com/rdma-netns/rdma-netns/cmd/rdma-netns-dra/internal/fakesys"
 	"github.com/rdma-netns/rdma-netns/cmd/rdma-netns-dra/nics"
+	"github.com/rdma-netns/rdma-netns/cmd/rdma-netns-dra/publish"
 	"github.com/rdma-netns/rdma-netns/pkg/drarecord"
 )
 
@@ -95,12 +96,12 @@ func TestAPICalls(t *testing.T) {
 	if gone := missingSocket(kubeletSockets(regDir, pluginDir)); gone != "" {
 		t.Fatalf("kubeletplugin made no %s", gone)
 	}
-	p := &publisher{node: node, records: records, scanner: scanner, sysfs: sys.Root, log: log.New(io.Discard, "", 0), publish: helper.PublishResources}
+	p := &publish.Publisher{Node: node, Records: records, Scanner: scanner, Sysfs: sys.Root, Log: log.New(io.Discard, "", 0), Publish: helper.PublishResources}
 
-	p.once(ctx)
+	p.Once(ctx)
 	waitSlice(t, cs, "the slice published", func(s []resourceapi.ResourceSlice) bool { return len(s) == 1 && len(s[0].Spec.Devices) == 2 })
 	sys.Hold(fakesys.MlxNetdev, fakesys.MlxRDMA)
-	p.once(ctx)
+	p.Once(ctx)
 	waitSlice(t, cs, "the slice updated", func(s []resourceapi.ResourceSlice) bool { return len(s) == 1 && len(s[0].Spec.Devices) == 1 })
 
 	conn, err := grpc.NewClient("unix://"+filepath.Join(pluginDir, "dra.sock"), grpc.WithTransportCredentials(insecure.NewCredentials()))

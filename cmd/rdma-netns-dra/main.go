@@ -15,22 +15,19 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"reflect"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/rdma-netns/rdma-netns/cmd/rdma-netns-dra/driver"
 	"github.com/rdma-netns/rdma-netns/cmd/rdma-netns-dra/nics"
-	"github.com/rdma-netns/rdma-netns/cmd/rdma-netns-dra/slices"
+	"github.com/rdma-netns/rdma-netns/cmd/rdma-netns-dra/publish"
 	"github.com/rdma-netns/rdma-netns/pkg/drarecord"
 	"github.com/rdma-netns/rdma-netns/pkg/rdmadev"
-	"github.com/rdma-netns/rdma-netns/pkg/rdmans"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
-	"k8s.io/dynamic-resource-allocation/resourceslice"
 )
 
 const (
@@ -97,7 +94,7 @@ func run(o options, logger *log.Logger) error {
 	defer helper.Stop()
 	logger.Printf("registered with kubelet as %s on node %s; records in %s, NICs from %s", drarecord.DriverName, o.node, o.recordDir, o.sysfs)
 
-	p := &publisher{node: o.node, records: records, scanner: scanner, sysfs: o.sysfs, log: logger, publish: helper.PublishResources}
+	p := &publish.Publisher{Node: o.node, Records: records, Scanner: scanner, Sysfs: o.sysfs, Log: logger, Publish: helper.PublishResources}
 	tick := time.NewTicker(o.rescan)
 	defer tick.Stop()
 	for {
@@ -106,7 +103,7 @@ func run(o options, logger *log.Logger) error {
 				"(an upgrade from a chart that ran the driver in the rdma-netns DaemonSet overlaps the two), so the kubelet no longer reaches this one; "+
 				"exiting, for the kubelet to restart this container, which registers again", gone)
 		}
-		p.once(ctx)
+		p.Once(ctx)
 		select {
 		case <-ctx.Done():
 			logger.Printf("stopping: %v", context.Cause(ctx))
@@ -167,103 +164,4 @@ func kubeClient(kubeconfig string) (*kubernetes.Clientset, error) {
 		return nil, fmt.Errorf("kube client config (pass --kubeconfig outside a pod): %w", err)
 	}
 	return kubernetes.NewForConfig(cfg)
-}
-
-// publisher publishes the node's pool when what it would publish changed.
-type publisher struct {
-	node    string
-	records drarecord.Dir
-	scanner nics.Scanner
-	sysfs   string
-	log     *log.Logger
-	publish func(context.Context, resourceslice.DriverResources) error
-
-	last     *resourceslice.DriverResources
-	lastNote string
-}
-
-func (p *publisher) once(ctx context.Context) {
-	inv, skipped, err := slices.Refresh(p.scanner, p.records)
-	if err != nil {
-		p.note(fmt.Sprintf("not publishing this round: %v", err))
-		return
-	}
-	shared, why := sharedMode(p.sysfs)
-	if why != "" {
-		p.note(why)
-	}
-	res := slices.Resources(p.node, inv, shared)
-	if p.last != nil && reflect.DeepEqual(*p.last, res) {
-		return
-	}
-	if err := p.publish(ctx, res); err != nil {
-		p.log.Printf("publishing pool %s: %v", p.node, err)
-		return
-	}
-	p.last = &res
-	p.log.Printf("published pool %s: %s", p.node, summary(inv, skipped, shared))
-}
-
-// note logs a condition once, not every round.
-func (p *publisher) note(s string) {
-	if s != p.lastNote {
-		p.log.Print(s)
-		p.lastNote = s
-	}
-}
-
-// sharedMode reads the RDMA subsystem's netns mode as the CNI plugin
-// does. In shared mode every netns sees every RDMA device, so no pod can
-// hold a NIC of its own: nothing is offered. why says so, or says the
-// mode could not be read (then the NICs are offered, and the CNI plugin
-// refuses the pod's ADD with the reason).
-func sharedMode(sysfs string) (shared bool, why string) {
-	param := filepath.Join(sysfs, "module", "ib_core", "parameters", "netns_mode")
-	var mode string
-	if b, err := os.ReadFile(param); err == nil {
-		switch strings.TrimSpace(string(b)) {
-		case "Y":
-			mode = rdmans.ModeShared
-		case "N":
-			mode = rdmans.ModeExclusive
-		}
-	}
-	if mode == "" {
-		m, err := rdmans.Netlink{}.NetnsMode()
-		if err != nil {
-			return false, fmt.Sprintf("cannot read the RDMA netns mode (%v); publishing the NICs anyway", err)
-		}
-		mode = m
-	}
-	if mode == rdmans.ModeShared {
-		return true, "the RDMA subsystem is in shared netns mode, where a pod cannot hold a NIC's RDMA device alone: publishing no devices (`rdma system set netns exclusive` before any RDMA device is in use, or ib_core netns_mode=0, to offer them)"
-	}
-	return false, ""
-}
-
-func summary(inv *slices.Inventory, skipped []nics.Skipped, shared bool) string {
-	if shared {
-		return "no devices (shared netns mode)"
-	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "%d device(s)", len(inv.NICs))
-	for _, name := range sortedKeys(inv) {
-		n := inv.NICs[name]
-		fmt.Fprintf(&b, "; %s = %s netdev %s RDMA %s", name, n.PCIAddress, n.Netdev, n.RdmaDevice)
-	}
-	if len(inv.Held) > 0 {
-		fmt.Fprintf(&b, "; held by pods, published from the last scan: %s", strings.Join(inv.Held, ", "))
-	}
-	for _, s := range skipped {
-		fmt.Fprintf(&b, "; not offered: RDMA %s (PCI %q): %s", s.RdmaDevice, s.PCIAddress, s.Reason)
-	}
-	return b.String()
-}
-
-func sortedKeys(inv *slices.Inventory) []string {
-	var out []string
-	for _, d := range inv.Devices() {
-		out = append(out, d.Name)
-	}
-	return out
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/rdma-netns/rdma-netns/cmd/rdma-netns-dra/internal/fakesys"
 	"github.com/rdma-netns/rdma-netns/cmd/rdma-netns-dra/nics"
+	"github.com/rdma-netns/rdma-netns/cmd/rdma-netns-dra/publish"
 	"github.com/rdma-netns/rdma-netns/pkg/drarecord"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 )
@@ -33,18 +34,18 @@ func TestPublishesWhenChanged(t *testing.T) {
 	sys := fakesys.New(t)
 	netnsMode(t, sys.Root, "N")
 	var got []int
-	p := &publisher{node: "node1", records: drarecord.Dir(t.TempDir()), scanner: nics.Scanner{Root: sys.Root}, sysfs: sys.Root,
-		log: log.New(io.Discard, "", 0), publish: func(_ context.Context, r resourceslice.DriverResources) error {
+	p := &publish.Publisher{Node: "node1", Records: drarecord.Dir(t.TempDir()), Scanner: nics.Scanner{Root: sys.Root}, Sysfs: sys.Root,
+		Log: log.New(io.Discard, "", 0), Publish: func(_ context.Context, r resourceslice.DriverResources) error {
 			got = append(got, len(r.Pools["node1"].Slices[0].Devices))
 			return nil
 		}}
 	ctx := context.Background()
-	p.once(ctx)
-	p.once(ctx)
+	p.Once(ctx)
+	p.Once(ctx)
 	sys.Hold(fakesys.MlxNetdev, fakesys.MlxRDMA) // no record holds it: gone
-	p.once(ctx)
+	p.Once(ctx)
 	netnsMode(t, sys.Root, "Y")
-	p.once(ctx)
+	p.Once(ctx)
 	want := []int{2, 1, 0}
 	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] || got[2] != want[2] {
 		t.Errorf("published device counts %v, want %v", got, want)

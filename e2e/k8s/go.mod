@@ -8,11 +8,13 @@ go 1.26.8
 
 replace (
 	github.com/rdma-netns/rdma-netns => ../..
+	github.com/rdma-netns/rdma-netns/cmd/rdma-netns-dra => ../../cmd/rdma-netns-dra
 	github.com/rdma-netns/rdma-netns/e2e/cri => ../cri
 )
 
 require (
-	github.com/rdma-netns/rdma-netns v0.0.0-00010101000000-000000000000
+	github.com/rdma-netns/rdma-netns v0.0.0
+	github.com/rdma-netns/rdma-netns/cmd/rdma-netns-dra v0.0.0-00010101000000-000000000000
 	github.com/rdma-netns/rdma-netns/e2e/cri v0.0.0-00010101000000-000000000000
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2
@@ -96,5 +98,5 @@ require (
 	sigs.k8s.io/json v0.0.0-20250730193827-2d320260d730 // indirect
 	sigs.k8s.io/randfill v1.0.0 // indirect
 	sigs.k8s.io/structured-merge-diff/v6 v6.4.2 // indirect
-	sigs.k8s.io/yaml v1.6.0 // indirect
+	sigs.k8s.io/yaml v1.6.0
 )

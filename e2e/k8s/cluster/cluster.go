@@ -60,6 +60,12 @@ type Config struct {
 	// its kubelet identity, KubeletConf(n) in GuestDir, and its kubelet
 	// port forwarded from KubeletAddr(n).
 	Nodes int
+	// Args are further flags of a component, by its binary's name, after
+	// the suite's own: make bench-cluster, which has no kubelet, runs the
+	// controller-manager's resourceclaim controller alone (a node
+	// lifecycle controller would taint its kubelet-less nodes) and raises
+	// the clients' request rates, as Kubernetes' scheduler_perf does.
+	Args map[string][]string
 }
 
 // NodeName is node n's name (1 for the first). The API server dials a
@@ -330,6 +336,7 @@ func (cp *ControlPlane) start(name string, args ...string) error {
 	if err != nil {
 		return err
 	}
+	args = append(args, cp.cfg.Args[name]...)
 	cmd := exec.Command(filepath.Join(cp.cfg.BinDir, name), args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
