@@ -780,9 +780,9 @@ func sameRecord(t *testing.T, before recordFile, when string) {
 	}
 }
 
-// noPrepareLogged fails t if the log of this node's driver pod has a
-// Prepare of the claim: kubelet did not ask again.
-func noPrepareLogged(t *testing.T, claimUID, when string) {
+// preparesLogged are the lines of this node's driver pod's log that
+// record a Prepare of the claim.
+func preparesLogged(t *testing.T, claimUID string) []string {
 	t.Helper()
 	p := waitDriverOn(t, true, node.Name)[node.Name]
 	// The API server reads the log from the kubelet, which may not serve
@@ -795,11 +795,36 @@ func noPrepareLogged(t *testing.T, claimUID, when string) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+	var lines []string
 	for _, l := range strings.Split(string(out), "\n") {
 		if strings.Contains(l, "prepare: claim") && strings.Contains(l, "("+claimUID+")") {
-			t.Errorf("%s: the driver (pod %s) was asked to prepare claim %s again: %s", when, p.Name, claimUID, l)
+			lines = append(lines, l)
 		}
 	}
+	return lines
+}
+
+// noPrepareLogged fails t if this node's driver logged a Prepare of the
+// claim: the kubelet did not ask again.
+func noPrepareLogged(t *testing.T, claimUID, when string) {
+	t.Helper()
+	for _, l := range preparesLogged(t, claimUID) {
+		t.Errorf("%s: the driver was asked to prepare claim %s again: %s", when, claimUID, l)
+	}
+}
+
+// onlyRecordAnswered fails t unless every Prepare of the claim this
+// node's driver logged was answered from its record ("already
+// recorded"): none chose the NICs again.
+func onlyRecordAnswered(t *testing.T, claimUID, when string) {
+	t.Helper()
+	lines := preparesLogged(t, claimUID)
+	for _, l := range lines {
+		if !strings.Contains(l, "already recorded") {
+			t.Errorf("%s: the driver prepared claim %s anew: %s", when, claimUID, l)
+		}
+	}
+	t.Logf("%s: the kubelet asked the driver to prepare claim %s %d time(s), each answered from its record", when, claimUID, len(lines))
 }
 
 // recordGone fails t unless the record directory is there and holds no
@@ -1436,9 +1461,10 @@ func draAfterReboot(t *testing.T) []string {
 		t.Errorf("DRA records after the reboot: %+v, damaged %v (%v), want the one of pod %s", claims, bad, err, n.UID)
 	}
 	// The new sandbox's NICs came from the record written before the
-	// reset: the kubelet did not prepare the claim again.
+	// reset: the kubelet asks the driver again after the reboot, and the
+	// driver answers from that record, the same file.
 	sameRecord(t, n.Record, "after the reboot")
-	noPrepareLogged(t, n.Record.ClaimUID, "after the reboot")
+	onlyRecordAnswered(t, n.Record.ClaimUID, "after the reboot")
 	return devs
 }
 
