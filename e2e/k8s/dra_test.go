@@ -68,7 +68,7 @@ func TestDRA(t *testing.T) {
 	d := &draRig{t: t, nics: nics}
 	d.enable()
 	t.Cleanup(d.cleanup)
-	d.host = hostDevices(t)
+	d.host = hostAtRest(t)
 	for _, m := range []string{"dra-deviceclass", "dra-claimtemplate", "nad-dra"} {
 		applyManifest(t, m)
 	}
@@ -1261,6 +1261,18 @@ func (d *draRig) allHome(t *testing.T) {
 	waitHostAsBefore(t, d.host)
 	waitNoClaimRecords(t)
 	d.sliceUnchanged(t, "every pod deleted")
+}
+
+// hostAtRest is hostDevices once every test NIC of the node is home: a
+// pod of the test before may be gone from the API before its NIC is back.
+func hostAtRest(t *testing.T) []string {
+	t.Helper()
+	all, err := rig.Layout()
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitNICsHome(t, all)
+	return hostDevices(t)
 }
 
 // hostDevices is every netdev and RDMA device of the host's netns, as

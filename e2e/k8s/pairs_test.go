@@ -156,7 +156,7 @@ func newPairsRig(t *testing.T) *pairsRig {
 		applyManifest(t, m)
 	}
 	p.dra.slice = p.dra.waitSlice(len(p.dra.nics))
-	p.dra.host = hostDevices(t)
+	p.dra.host = hostAtRest(t)
 	for name, attrs := range p.dra.slice {
 		pci := *attrs[pciBusIDAttr].StringValue
 		if got := *attrs[pcieRootAttr].StringValue; got != p.rootOf[pci] {
