@@ -223,6 +223,7 @@ fi
   [ -z "$DISK" ] || printf 'VM_DISK_DIRS="%s"\n' "$DISK_DIRS"
   printf 'VM_RXE=%s\n' "$RXE"
   printf 'VM_NODE=%s\n' "$NODE"
+  printf 'VM_TIMEOUT=%s\n' "$TIMEOUT"
   [ -z "$LINK" ] || printf 'VM_LINK=%s\n' "$LINK"
   [ "$RAILS" = 0 ] || printf 'VM_RAILS=%s\n' "$RAILS"
   [ "$ARP_DEFAULTS" = 0 ] || printf 'VM_ARP_DEFAULTS=1\n'
@@ -427,6 +428,9 @@ if [ -n "${VM_HOSTNET_PCI:-}" ]; then
   $IP link set hostnet0 up || fail "link up hostnet0"
 fi
 
+# One line before the command: a run that then prints nothing until the
+# timeout hung in the command, not in the kernel or this script.
+echo "[vm-init] up $(cut -d' ' -f1 /proc/uptime)s after the kernel started; running the command"
 cd /payload
 sh -c "$(cat /etc/vm-cmd)" </dev/null
 rc=$?

@@ -55,6 +55,7 @@ const (
 
 func TestMain(m *testing.M) {
 	flag.Parse()
+	startWatchdog(node.VMTimeout)
 	os.Exit(run(m))
 }
 

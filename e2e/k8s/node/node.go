@@ -66,6 +66,10 @@ var (
 	ARPDefaults = vmConfValue(vmConf, "VM_ARP_DEFAULTS") == "1"
 )
 
+// VMTimeout is how long vm-run.sh lets this VM run before it kills it
+// (--timeout, VM_TIMEOUT), 0 outside the test VM.
+var VMTimeout = time.Duration(vmConfInt(vmConf, "VM_TIMEOUT", 1, 0)) * time.Second
+
 // RailsLayoutMissing says what this VM lacks of the rails' layout with
 // rails rails of their own, ARP at the kernel's defaults and nics NICs
 // (vm-run.sh --rails, --arp-defaults, --nics), as /etc/vm.conf says: ""
