@@ -43,6 +43,22 @@ type QoS struct {
 	TC  *int `json:"tc,omitempty"`
 }
 
+// Problems is what is wrong with q, each error starting with the key
+// below rdmaQoS it is about (" is set ...", ".tos ...").
+func (q *QoS) Problems() []error {
+	var errs []error
+	if q.ToS == nil && q.TC == nil {
+		errs = append(errs, errors.New(" is set but names neither tos nor tc"))
+	}
+	if q.ToS != nil && (*q.ToS < 0 || *q.ToS > 255) {
+		errs = append(errs, fmt.Errorf(".tos %d is out of range 0-255", *q.ToS))
+	}
+	if q.TC != nil && (*q.TC < 0 || *q.TC > 255) {
+		errs = append(errs, fmt.Errorf(".tc %d is out of range 0-255", *q.TC))
+	}
+	return errs
+}
+
 // NetConf is the plugin's entry in a conflist.
 //
 // It names the keys of types.PluginConf it uses instead of embedding
@@ -171,9 +187,9 @@ type PerPodArgs struct {
 	RdmaDevName string `json:"rdmaDevName,omitempty"`
 }
 
-// validRDMAName accepts the names the kernel and udev give RDMA devices
+// ValidRDMAName accepts the names the kernel and udev give RDMA devices
 // (mlx5_0, irdma1, rocep47s0f0, rxe_eth1). The kernel limit is 63 bytes.
-func validRDMAName(s string) bool { return nameLike(s, 63) }
+func ValidRDMAName(s string) bool { return nameLike(s, 63) }
 
 // validDeviceID accepts PCI addresses and auxiliary device names.
 func validDeviceID(s string) bool { return nameLike(s, 128) }
@@ -309,11 +325,11 @@ func (c *NetConf) validate() error {
 		names = append(names, struct{ field, val string }{fmt.Sprintf("allowedPodDevices[%d]", i), d})
 	}
 	for _, f := range names {
-		if f.val != "" && !validRDMAName(f.val) {
+		if f.val != "" && !ValidRDMAName(f.val) {
 			errs = append(errs, errBadName(f.field, f.val))
 		}
 	}
-	if p := c.PodRdmaDevNamePrefix; p != "" && !validRDMAName(p) {
+	if p := c.PodRdmaDevNamePrefix; p != "" && !ValidRDMAName(p) {
 		errs = append(errs, errBadName("podRdmaDevNamePrefix", p))
 	}
 	for _, f := range []struct{ field, val string }{
@@ -345,14 +361,8 @@ func (c *NetConf) validate() error {
 		errs = append(errs, fmt.Errorf("logLevel %q is not one of error, warn, info, debug", c.LogLevel))
 	}
 	if q := c.RdmaQoS; q != nil {
-		if q.ToS == nil && q.TC == nil {
-			errs = append(errs, errors.New("rdmaQoS is set but names neither tos nor tc"))
-		}
-		if q.ToS != nil && (*q.ToS < 0 || *q.ToS > 255) {
-			errs = append(errs, fmt.Errorf("rdmaQoS.tos %d is out of range 0-255", *q.ToS))
-		}
-		if q.TC != nil && (*q.TC < 0 || *q.TC > 255) {
-			errs = append(errs, fmt.Errorf("rdmaQoS.tc %d is out of range 0-255", *q.TC))
+		for _, err := range q.Problems() {
+			errs = append(errs, fmt.Errorf("rdmaQoS%v", err))
 		}
 	}
 	if len(errs) > 0 {
@@ -496,7 +506,7 @@ func validNames(errs *[]error, srcs ...Source) []Source {
 	for _, s := range srcs {
 		switch {
 		case s.Value == "":
-		case !validRDMAName(s.Value):
+		case !ValidRDMAName(s.Value):
 			*errs = append(*errs, errBadName(s.From, s.Value))
 		default:
 			ok = append(ok, s)

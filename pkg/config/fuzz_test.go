@@ -21,8 +21,8 @@ func FuzzNameChecks(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		if got, want := validRDMAName(s), rdmaNameRe.MatchString(s); got != want {
-			t.Fatalf("validRDMAName(%q) = %v, pattern says %v", s, got, want)
+		if got, want := ValidRDMAName(s), rdmaNameRe.MatchString(s); got != want {
+			t.Fatalf("ValidRDMAName(%q) = %v, pattern says %v", s, got, want)
 		}
 		if got, want := validDeviceID(s), deviceIDRe.MatchString(s); got != want {
 			t.Fatalf("validDeviceID(%q) = %v, pattern says %v", s, got, want)

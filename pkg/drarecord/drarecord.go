@@ -79,6 +79,35 @@ type Device struct {
 	PCIAddress string `json:"pciAddress"`
 	Netdev     string `json:"netdev"`
 	RdmaDevice string `json:"rdmaDevice"`
+	// Config is what the NIC becomes in the pod, from the claim's and its
+	// class's configuration (package draconfig), checked at Prepare; nil
+	// in a record written before the driver read any.
+	Config *NIC `json:"config,omitempty"`
+}
+
+// NIC is what a device becomes in the pod, resolved from its claim's and
+// class's configuration by package draconfig when the claim is prepared.
+// Empty fields keep the host's value.
+type NIC struct {
+	InterfaceName string          `json:"interfaceName"`
+	RdmaDevName   string          `json:"rdmaDevName,omitempty"`
+	RdmaQoS       *QoS            `json:"rdmaQoS,omitempty"`
+	MTU           *int            `json:"mtu,omitempty"`
+	ARP           *ARP            `json:"arp,omitempty"`
+	Addresses     string          `json:"addresses,omitempty"`
+	IPAM          json.RawMessage `json:"ipam,omitempty"`
+}
+
+// QoS is the RoCE type of service and traffic class in the pod.
+type QoS struct {
+	ToS *int `json:"tos,omitempty"`
+	TC  *int `json:"tc,omitempty"`
+}
+
+// ARP is the interface's arp_ignore and arp_announce in the pod.
+type ARP struct {
+	Ignore   *int `json:"ignore,omitempty"`
+	Announce *int `json:"announce,omitempty"`
 }
 
 // RequestMatches reports whether the result's request is req, or a

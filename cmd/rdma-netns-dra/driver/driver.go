@@ -15,6 +15,8 @@ import (
 
 	"github.com/rdma-netns/rdma-netns/cmd/rdma-netns-dra/nics"
 	"github.com/rdma-netns/rdma-netns/cmd/rdma-netns-dra/slices"
+	"github.com/rdma-netns/rdma-netns/pkg/config"
+	"github.com/rdma-netns/rdma-netns/pkg/draconfig"
 	"github.com/rdma-netns/rdma-netns/pkg/drarecord"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -126,6 +128,12 @@ func (d *Driver) prepare(c *resourceapi.ResourceClaim, b *batch) (*drarecord.Cla
 	if err := refuseAdminAccess(results); err != nil {
 		return nil, err
 	}
+	// The claim's configuration is checked before anything is recorded:
+	// a bad key fails the pod's start with its message, and no NIC moves.
+	configs, err := resolveConfig(c, results)
+	if err != nil {
+		return nil, err
+	}
 	// kubelet asks again after its restart or a timeout of ours; the
 	// record answers, whatever the kernel shows now (the NIC may already
 	// be in the pod's netns).
@@ -162,7 +170,7 @@ func (d *Driver) prepare(c *resourceapi.ResourceClaim, b *batch) (*drarecord.Cla
 			return nil, err
 		}
 	}
-	for _, r := range results {
+	for i, r := range results {
 		n, ok := b.visible[r.Device]
 		// The scheduler gives a NIC to one claim at a time, but a claim
 		// still recorded keeps it until Unprepare, even while the NIC is
@@ -180,7 +188,11 @@ func (d *Driver) prepare(c *resourceapi.ResourceClaim, b *batch) (*drarecord.Cla
 		rec.Devices = append(rec.Devices, drarecord.Device{
 			Request: r.Request, Pool: r.Pool, Device: r.Device,
 			PCIAddress: n.PCIAddress, Netdev: n.Netdev, RdmaDevice: n.RdmaDevice,
+			Config: &configs[i],
 		})
+	}
+	if err := rdmaNamesFree(rec, b.visible, held); err != nil {
+		return nil, err
 	}
 	if err := d.Records.Write(rec); err != nil {
 		return nil, fmt.Errorf("writing the record for the CNI plugin: %w", err)
@@ -191,6 +203,75 @@ func (d *Driver) prepare(c *resourceapi.ResourceClaim, b *batch) (*drarecord.Cla
 	d.Log.Printf("prepare: claim %s/%s (%s) for pod %s/%s (%s): recorded %s", c.Namespace, c.Name, c.UID,
 		rec.PodNamespace, rec.PodName, rec.PodUID, describe(rec.Devices))
 	return rec, nil
+}
+
+// resolveConfig is what each of the claim's NICs of this driver becomes
+// in the pod, from the opaque configuration of this driver its class and
+// the claim give (package draconfig), in results' order.
+func resolveConfig(c *resourceapi.ResourceClaim, results []resourceapi.DeviceRequestAllocationResult) ([]draconfig.NIC, error) {
+	if len(results) == 0 {
+		return nil, nil
+	}
+	var entries []draconfig.Entry
+	for _, cfg := range c.Status.Allocation.Devices.Config {
+		if cfg.Opaque == nil || cfg.Opaque.Driver != drarecord.DriverName {
+			continue
+		}
+		src := draconfig.FromClaim
+		if cfg.Source == resourceapi.AllocationConfigSourceClass {
+			src = draconfig.FromClass
+		}
+		entries = append(entries, draconfig.Entry{Source: src, Requests: cfg.Requests, Parameters: cfg.Opaque.Parameters.Raw})
+	}
+	rs := make([]draconfig.Result, len(results))
+	for i, r := range results {
+		rs[i] = draconfig.Result{Request: r.Request, Device: r.Device}
+	}
+	nics, err := draconfig.Resolve(entries, rs)
+	if err != nil {
+		return nil, fmt.Errorf("the configuration of %s: %w", drarecord.DriverName, err)
+	}
+	return nics, nil
+}
+
+// rdmaNamesFree refuses an RDMA device name in the pod that another device
+// of the node has, on the host or in another claim's pod: RDMA names are
+// unique on a node, so the rename would fail at attach, or take the name a
+// NIC in another pod must come home under.
+func rdmaNamesFree(rec *drarecord.Claim, visible map[string]nics.NIC, held *holders) error {
+	for _, dev := range rec.Devices {
+		name := dev.Config.RdmaDevName
+		if name == "" {
+			continue
+		}
+		taken := false
+		for _, n := range visible {
+			taken = taken || n.RdmaDevice == name && n.PCIAddress != dev.PCIAddress
+		}
+		if held != nil {
+			taken = taken || held.rdmaNameTaken(rec.ClaimUID, name)
+		}
+		if taken {
+			return fmt.Errorf("rdmaDevName %s (request %q) is taken on this node by another RDMA device: RDMA device names are unique on a node; pick another", config.Quote(name), dev.Request)
+		}
+	}
+	return nil
+}
+
+// rdmaNameTaken reports whether a claim other than uid holds a device
+// named name on the host or in its pod.
+func (h *holders) rdmaNameTaken(uid, name string) bool {
+	for _, c := range h.byPCI {
+		if c.ClaimUID == uid {
+			continue
+		}
+		for _, d := range c.Devices {
+			if d.RdmaDevice == name || d.Config != nil && d.Config.RdmaDevName == name {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // refuseAdminAccess refuses a claim given a NIC of ours with adminAccess:

@@ -16,6 +16,7 @@ import (
 	"github.com/rdma-netns/rdma-netns/pkg/drarecord"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/utils/ptr"
@@ -86,8 +87,11 @@ func TestPrepareAgainAfterRestart(t *testing.T) {
 	if err != nil || !ok {
 		t.Fatalf("record: %v, %v", ok, err)
 	}
-	wantRec := drarecord.Device{Request: "nics", Pool: pool, Device: fakesys.MlxDevice, PCIAddress: fakesys.MlxAddr, Netdev: fakesys.MlxNetdev, RdmaDevice: fakesys.MlxRDMA}
-	if len(rec.Devices) != 1 || rec.Devices[0] != wantRec || rec.PodUID != "pod-1" || rec.PodName != "pod-pod-1" || rec.PodClaimName != "nics" {
+	// No configuration: the NIC keeps its host names but for its
+	// interface, net1 as Multus would call it.
+	wantRec := drarecord.Device{Request: "nics", Pool: pool, Device: fakesys.MlxDevice, PCIAddress: fakesys.MlxAddr, Netdev: fakesys.MlxNetdev, RdmaDevice: fakesys.MlxRDMA,
+		Config: &drarecord.NIC{InterfaceName: "net1"}}
+	if len(rec.Devices) != 1 || !reflect.DeepEqual(rec.Devices[0], wantRec) || rec.PodUID != "pod-1" || rec.PodName != "pod-pod-1" || rec.PodClaimName != "nics" {
 		t.Errorf("record %+v, want pod pod-1 (pod-pod-1), pod claim name nics, device %+v", rec, wantRec)
 	}
 
@@ -346,5 +350,112 @@ func TestPrepareFIFOInRecordDir(t *testing.T) {
 	}
 	if r := out[other.UID]; r.Err != nil {
 		t.Errorf("Prepare of a claim beside a FIFO: %v", r.Err)
+	}
+}
+
+// config is an opaque configuration of this driver in the allocation.
+func config(src resourceapi.AllocationConfigSource, requests []string, params string) resourceapi.DeviceAllocationConfiguration {
+	return resourceapi.DeviceAllocationConfiguration{Source: src, Requests: requests,
+		DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{
+			Driver: drarecord.DriverName, Parameters: runtime.RawExtension{Raw: []byte(params)}}}}
+}
+
+const nicConfig = `{"apiVersion":"nic.rdma-netns.io/v1alpha1","kind":"NICConfig",`
+
+// The claim's configuration is what each NIC becomes in the pod: Prepare
+// resolves it (the class's keys, then the claim's) into the record the
+// attach reads, and another driver's configuration is not ours to read.
+func TestPrepareRecordsConfig(t *testing.T) {
+	sys := fakesys.New(t)
+	dir := drarecord.Dir(t.TempDir())
+	c := claim("claim-c1", []string{"pod-c1"}, result{drarecord.DriverName, "rail0", fakesys.MlxDevice}, result{drarecord.DriverName, "rail1", fakesys.VirtioDevice})
+	c.Status.Allocation.Devices.Config = []resourceapi.DeviceAllocationConfiguration{
+		config(resourceapi.AllocationConfigSourceClass, nil, nicConfig+`"rdmaQoS":{"tos":106},"podRdmaDevNamePrefix":"rdma_"}`),
+		config(resourceapi.AllocationConfigSourceClaim, []string{"rail0"}, nicConfig+`"interfaceName":"rail0","rdmaDevName":"rdma_r0","addresses":"host"}`),
+		{Source: resourceapi.AllocationConfigSourceClaim, DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{
+			Driver: "gpu.example.com", Parameters: runtime.RawExtension{Raw: []byte(`{"anything":1}`)}}}},
+	}
+	if r := prepare(t, newDriver(sys.Root, dir), c); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	rec, _, err := dir.Load("claim-c1")
+	if err != nil || rec == nil || len(rec.Devices) != 2 {
+		t.Fatalf("record %+v, err %v", rec, err)
+	}
+	r0, r1 := rec.Devices[0].Config, rec.Devices[1].Config
+	if r0 == nil || r0.InterfaceName != "rail0" || r0.RdmaDevName != "rdma_r0" || r0.Addresses != "host" || *r0.RdmaQoS.ToS != 106 {
+		t.Errorf("rail0's config in the record: %+v", r0)
+	}
+	if r1 == nil || r1.InterfaceName != "net2" || r1.RdmaDevName != "" || *r1.RdmaQoS.ToS != 106 {
+		t.Errorf("rail1's config in the record: %+v", r1)
+	}
+}
+
+// A bad configuration fails the claim's Prepare with a message naming the
+// request and the key, and nothing is recorded (so no NIC moves).
+func TestPrepareRefusesBadConfig(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		cfg    []resourceapi.DeviceAllocationConfiguration
+		expect []string
+	}{
+		{"unknown key", []resourceapi.DeviceAllocationConfiguration{
+			config(resourceapi.AllocationConfigSourceClaim, []string{"rail1"}, nicConfig+`"interfaceNmae":"x"}`)}, []string{`"rail1"`, `"interfaceNmae"`}},
+		{"duplicate interface", []resourceapi.DeviceAllocationConfiguration{
+			config(resourceapi.AllocationConfigSourceClaim, nil, nicConfig+`"interfaceName":"fast"}`)}, []string{`interfaceName "fast"`, `"rail0" and "rail1"`}},
+		{"not an address", []resourceapi.DeviceAllocationConfiguration{
+			config(resourceapi.AllocationConfigSourceClaim, []string{"rail0"}, nicConfig+`"ipam":{"type":"static","addresses":[{"address":"rail0"}]}}`)}, []string{`"rail0"`, "ipam", "address"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			sys := fakesys.New(t)
+			dir := drarecord.Dir(t.TempDir())
+			cl := claim("claim-bad", []string{"pod-bad"}, result{drarecord.DriverName, "rail0", fakesys.MlxDevice}, result{drarecord.DriverName, "rail1", fakesys.VirtioDevice})
+			cl.Status.Allocation.Devices.Config = c.cfg
+			r := prepare(t, newDriver(sys.Root, dir), cl)
+			if r.Err == nil {
+				t.Fatalf("Prepare = %+v, want the configuration refused", r.Devices)
+			}
+			for _, w := range append(c.expect, drarecord.DriverName) {
+				if !strings.Contains(r.Err.Error(), w) {
+					t.Errorf("refusal %q does not say %q", r.Err, w)
+				}
+			}
+			if files := recordFiles(t, dir); len(files) != 0 {
+				t.Errorf("records %v written for a refused claim", files)
+			}
+		})
+	}
+}
+
+// RDMA device names are unique on a node: a claim may not name its device
+// in the pod as another device of the node is named, on the host or in
+// another claim's pod.
+func TestPrepareRefusesTakenRDMAName(t *testing.T) {
+	sys := fakesys.New(t)
+	dir := drarecord.Dir(t.TempDir())
+	d := newDriver(sys.Root, dir)
+	named := func(uid, device, name string) *resourceapi.ResourceClaim {
+		c := claim(uid, []string{"pod-" + uid}, result{drarecord.DriverName, "nic", device})
+		c.Status.Allocation.Devices.Config = []resourceapi.DeviceAllocationConfiguration{
+			config(resourceapi.AllocationConfigSourceClass, nil, nicConfig+`"rdmaDevName":"`+name+`"}`)}
+		return c
+	}
+	// The host's other NIC is mlx5_0.
+	if r := prepare(t, d, named("claim-n1", fakesys.VirtioDevice, fakesys.MlxRDMA)); r.Err == nil || !strings.Contains(r.Err.Error(), "taken on this node") {
+		t.Errorf("Prepare naming the device %s, the host's other NIC's name: %v", fakesys.MlxRDMA, r.Err)
+	}
+	// Its own host name is its own.
+	if r := prepare(t, d, named("claim-n2", fakesys.VirtioDevice, fakesys.VirtioRDMA)); r.Err != nil {
+		t.Errorf("Prepare naming the device its own host name: %v", r.Err)
+	}
+	// Another claim's pod has rdma_x: the next claim may not take it.
+	if r := prepare(t, d, named("claim-n3", fakesys.MlxDevice, "rdma_x")); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	if err := dir.Remove("claim-n2"); err != nil {
+		t.Fatal(err)
+	}
+	if r := prepare(t, d, named("claim-n4", fakesys.VirtioDevice, "rdma_x")); r.Err == nil || !strings.Contains(r.Err.Error(), "taken on this node") {
+		t.Errorf("Prepare naming the device as another claim's pod names its own: %v", r.Err)
 	}
 }
