@@ -28,7 +28,8 @@ import (
 const (
 	cniBinDir = "/opt/cni/bin"
 	stateDir  = "/var/lib/cni/rdma-netns"
-	logFile   = "/tmp/rdma-netns.log"
+	// In the node's log directory, the only place rdma-netns writes one.
+	logFile   = "/var/log/rdma-netns/e2e.log"
 	layoutEnv = "/run/rdma-layout"
 )
 

@@ -44,6 +44,9 @@ func (c *call) add() error {
 	if err := c.conf.CheckSize(len(c.args.StdinData)); err != nil {
 		return types.NewError(types.ErrInvalidNetworkConfig, err.Error(), "")
 	}
+	if err := c.nadLogFile(); err != nil {
+		return types.NewError(types.ErrInvalidNetworkConfig, err.Error(), "")
+	}
 	switch {
 	case c.conf.DRA != nil && c.conf.PrevResultJSON != nil && string(c.conf.PrevResultJSON) != "null":
 		return types.NewError(types.ErrInvalidNetworkConfig,

@@ -31,6 +31,9 @@ func (c *call) check() error {
 	if err := c.key().ValidateRuntime(); err != nil {
 		return types.NewError(types.ErrInvalidEnvironmentVariables, err.Error(), "")
 	}
+	if err := c.nadLogFile(); err != nil {
+		c.log.Warnf("%v", err)
+	}
 	if c.conf.DRA != nil {
 		if err := c.nadRecordDir(); err != nil {
 			// Said, not failed: ADD refuses the network now, and the

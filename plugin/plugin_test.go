@@ -16,6 +16,8 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/containernetworking/plugins/pkg/testutils"
 
+	"github.com/rdma-netns/rdma-netns/pkg/config"
+	"github.com/rdma-netns/rdma-netns/pkg/logging"
 	"github.com/rdma-netns/rdma-netns/pkg/state"
 )
 
@@ -818,4 +820,30 @@ func TestQoSFailureRollsBack(t *testing.T) {
 	if len(e.records()) != 0 {
 		t.Fatal("record left after rollback")
 	}
+}
+
+// The log file is the node's: a network naming any other (the plugin runs
+// as root and would append to it) fails ADD before anything moves, with a
+// message naming the node's directory; a file in that directory is taken;
+// DEL and CHECK of such a network never fail on the key.
+func TestAddRefusesForeignLogFile(t *testing.T) {
+	e := newEnv(t)
+	p := e.newPod("c1", "net1", "virtio", "virtio1")
+	for _, f := range []string{"/etc/ld.so.preload", logging.Dir + "/../../../etc/cron.d/x", logging.Dir + "/sub/x.log", logging.Dir} {
+		_, err := e.add(p, e.netconf(p, "1.1.0", map[string]any{"logFile": f}), "")
+		wantErr(t, err, "sets logFile "+config.Quote(f), "only in the node's directory "+logging.Dir, "nothing was changed")
+		e.wantWhere("rxe1", "host")
+		if recs := e.records(); len(recs) != 0 {
+			t.Fatalf("logFile %q: records %+v after the refusal", f, recs)
+		}
+	}
+	conf := e.netconf(p, "1.1.0", map[string]any{"logFile": logging.Dir + "/rdma-net.log"})
+	if _, err := e.add(p, conf, ""); err != nil {
+		t.Fatalf("ADD with a log file in %s: %v", logging.Dir, err)
+	}
+	e.wantWhere("rxe1", p.path())
+	if err := e.del(p, e.netconf(p, "1.1.0", map[string]any{"logFile": "/etc/ld.so.preload"})); err != nil {
+		t.Fatalf("DEL of a network with a foreign logFile: %v", err)
+	}
+	e.wantWhere("rxe1", "host")
 }

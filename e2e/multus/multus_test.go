@@ -192,7 +192,11 @@ func rdmaNetns(t *testing.T, deviceID bool) map[string]any {
 	return map[string]any{"type": "rdma-netns", "capabilities": caps, "logFile": logPath(t), "logLevel": "debug"}
 }
 
-func logPath(t *testing.T) string { return "/tmp/multus-" + t.Name() + ".log" }
+// logPath is the test's log file, in the node's log directory (the only
+// place rdma-netns writes one), a plain name there.
+func logPath(t *testing.T) string {
+	return "/var/log/rdma-netns/multus-" + strings.ReplaceAll(t.Name(), "/", "_") + ".log"
+}
 
 func newNAD(name, resource string, plugins ...map[string]any) *nadv1.NetworkAttachmentDefinition {
 	conf, _ := json.Marshal(map[string]any{"cniVersion": "1.1.0", "name": name, "plugins": plugins})

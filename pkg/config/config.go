@@ -16,6 +16,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types/create"
 
 	"github.com/rdma-netns/rdma-netns/pkg/drarecord"
+	"github.com/rdma-netns/rdma-netns/pkg/logging"
 )
 
 // SupportedVersions are the CNI versions rdma-netns speaks. Versions before
@@ -164,6 +165,13 @@ type DRA struct {
 // ADD refuses such a network.
 func (d *DRA) ForeignRecordDir() bool {
 	return d != nil && d.RecordDir != "" && filepath.Clean(d.RecordDir) != drarecord.DefaultDir
+}
+
+// ForeignLogFile reports whether the network's logFile names a file
+// outside the node's log directory (logging.Dir): the plugin never opens
+// it, and ADD refuses the network.
+func (c *NetConf) ForeignLogFile() bool {
+	return c.LogFile != "" && !logging.Allowed(c.LogFile)
 }
 
 // maxDRAIndex bounds dra.index and a pod's draIndex: a pod holds at most a

@@ -29,6 +29,7 @@ func nadChecks(in io.Reader, fs *Findings) *NADsView {
 		for i, pos := range n.rdma {
 			fs.tenancy(n, pos, n.confs[i])
 			fs.draRecordDir(n, n.confs[i])
+			fs.logFile(n, n.confs[i])
 		}
 	}
 	uses := nameUses(nads)

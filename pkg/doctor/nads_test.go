@@ -374,6 +374,31 @@ func TestNADsRecordDir(t *testing.T) {
 	}
 }
 
+// A NAD's logFile outside the node's log directory is refused: the plugin
+// runs as root and would append to whatever file it named.
+func TestNADsLogFile(t *testing.T) {
+	withLog := func(f string) map[string]any {
+		return rdma(t, exampleConfig(t, "nad-host-device.yaml"), map[string]any{"logFile": f})
+	}
+	items := []map[string]any{
+		nadItem(t, "ml", "logs-there", "", withLog("/var/log/rdma-netns/ml.log")),
+		nadItem(t, "team-b", "preload", "", withLog("/etc/ld.so.preload")),
+		nadItem(t, "team-b", "up-and-out", "", withLog("/var/log/rdma-netns/../../../etc/cron.d/x")),
+	}
+	r := CheckNADs(strings.NewReader(listJSON(t, items...)))
+	fix := `fix: name a file in /var/log/rdma-netns in its rdma-netns entry's "logFile", or remove the key`
+	checkFindings(t, r, []wantFinding{
+		{Fail, "log-file", "team-b/preload", []string{`sets logFile "/etc/ld.so.preload"`, "every pod that attaches it fails ADD",
+			"only in the node's directory /var/log/rdma-netns", fix, "(kubectl edit network-attachment-definitions -n team-b preload)"}},
+		{Fail, "log-file", "team-b/up-and-out", []string{`sets logFile "/var/log/rdma-netns/../../../etc/cron.d/x"`, fix}},
+	})
+	for _, f := range r.Findings {
+		if f.Subject == "ml/logs-there" && f.Check == "log-file" {
+			t.Errorf("a log file in the node's directory reported: %+v", f)
+		}
+	}
+}
+
 func TestNADsInput(t *testing.T) {
 	one, err := json.Marshal(nadItem(t, "a", "renamed", "", exampleConfig(t, "nad-renamed.yaml")))
 	if err != nil {

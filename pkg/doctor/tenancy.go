@@ -6,6 +6,7 @@ import (
 
 	"github.com/rdma-netns/rdma-netns/pkg/config"
 	"github.com/rdma-netns/rdma-netns/pkg/drarecord"
+	"github.com/rdma-netns/rdma-netns/pkg/logging"
 )
 
 // deviceIDPicker is the first plugin before pos that declares the
@@ -69,6 +70,18 @@ func refusal(c *config.NetConf) string {
 		return "the network lists no allowedPodDevices and pins no device, so ADD fails for a pod that sets a deviceID"
 	}
 	return fmt.Sprintf("the network lists no allowedPodDevices, so it honours only a deviceID naming the device the NAD pins (%s %s)", pin.From, pin.Value)
+}
+
+// logFile names a NAD whose logFile is outside the node's log directory:
+// rdma-netns refuses it, since the plugin runs as root and would append
+// to whatever file the NAD named.
+func (fs *Findings) logFile(n *parsedNAD, c *config.NetConf) {
+	if !c.ForeignLogFile() {
+		return
+	}
+	fs.add(Fail, "log-file", n.ref.String(), fmt.Sprintf("the rdma-netns entry sets logFile %s, so every pod that attaches it fails ADD: rdma-netns writes log files only in the node's directory %s (it runs as root, and a network must not choose which file of the node it appends to)",
+		config.Quote(c.LogFile), logging.Dir),
+		fmt.Sprintf(`name a file in %s in its rdma-netns entry's "logFile", or remove the key`, logging.Dir)+editCommand(n.ref))
 }
 
 // draRecordDir names a NAD whose "dra" sets a record directory other than

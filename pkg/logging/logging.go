@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -52,19 +54,60 @@ func Level(s string) (int, error) {
 	return LevelInfo, fmt.Errorf("log level %q: want error, warn, info or debug", s)
 }
 
+// Dir is the node's directory for the plugin's log files. A network's
+// logFile names a file in it and nowhere else: the runtime runs the plugin
+// as root, and a network's author who could name any path would have it
+// append lines to any file of the node (/etc/ld.so.preload, a cron file)
+// or create one anywhere.
+const Dir = "/var/log/rdma-netns"
+
+// dir is Dir but in this package's tests.
+var dir = Dir
+
+// Allowed reports whether path names a file directly in Dir: a plain name
+// after it, however the path is spelled.
+func Allowed(path string) bool {
+	clean := filepath.Clean(path)
+	parent, name := filepath.Split(clean)
+	return filepath.Clean(parent) == dir && name != "" && name != "." && name != ".." && !strings.ContainsRune(name, 0)
+}
+
 // New opens path for appending (when set). A log file that cannot be opened
-// must not fail the CNI call, so that is reported on stderr and ignored.
+// must not fail the CNI call, so that is reported on stderr and ignored; so
+// is a path outside Dir, which is never opened. Dir is created (0700) if
+// missing; a symbolic link, a FIFO or anything but a regular file at path
+// is refused without blocking.
 func New(path, level, prefix string) *Logger {
 	l := &Logger{level: ParseLevel(level), stderr: os.Stderr, prefix: prefix}
-	if path != "" {
-		f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "rdma-netns: cannot open log file %s: %v\n", path, err)
-		} else {
-			l.file = f
-		}
+	if path == "" {
+		return l
 	}
+	if !Allowed(path) {
+		fmt.Fprintf(os.Stderr, "rdma-netns: logFile %q ignored: log files go in %s only (name one there, such as %s/rdma-netns.log)\n", path, dir, dir)
+		return l
+	}
+	f, err := open(path)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "rdma-netns: cannot open log file %s: %v\n", path, err)
+		return l
+	}
+	l.file = f
 	return l
+}
+
+func open(path string) (*os.File, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("not a regular file")
+	}
+	return f, nil
 }
 
 // NewWriter logs to w only; tests use it.

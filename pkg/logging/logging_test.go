@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -97,8 +98,18 @@ func TestLevelsFilter(t *testing.T) {
 
 var fileLine = regexp.MustCompile(`^(\S+) (DEBUG|INFO|WARN|ERROR) \[c1\] (.*)$`)
 
+// inDir makes dir, the node's log directory, a new temporary one for the
+// test.
+func inDir(t *testing.T) string {
+	t.Helper()
+	saved := dir
+	dir = t.TempDir()
+	t.Cleanup(func() { dir = saved })
+	return dir
+}
+
 func TestFileFormat(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "rdma-netns.log")
+	path := filepath.Join(inDir(t), "rdma-netns.log")
 	l := New(path, "debug", "[c1] ")
 	l.stderr = io.Discard
 	before := time.Now().Add(-time.Second)
@@ -186,7 +197,7 @@ func TestNewUsesProcessStderr(t *testing.T) {
 
 // Stdout carries the CNI result: a single stray byte corrupts it.
 func TestNothingOnStdout(t *testing.T) {
-	dir := t.TempDir()
+	dir := inDir(t)
 	out := capture(t, &os.Stdout, func() {
 		stderr := capture(t, &os.Stderr, func() {
 			for _, l := range []*Logger{
@@ -210,22 +221,37 @@ func TestNothingOnStdout(t *testing.T) {
 }
 
 func TestUnopenableLogFile(t *testing.T) {
-	dir := t.TempDir()
-	for name, path := range map[string]string{
-		"missing directory": filepath.Join(dir, "no", "such", "dir", "x.log"),
-		"is a directory":    dir,
+	dir := inDir(t)
+	outside := t.TempDir()
+	if err := os.Mkdir(filepath.Join(dir, "a-dir.log"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(filepath.Join(dir, "fifo.log"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(outside, "target"), filepath.Join(dir, "link.log")); err != nil {
+		t.Fatal(err)
+	}
+	for name, c := range map[string]struct{ path, says string }{
+		"a directory":       {filepath.Join(dir, "a-dir.log"), "cannot open log file"},
+		"a FIFO, no reader": {filepath.Join(dir, "fifo.log"), "cannot open log file"},
+		"a symbolic link":   {filepath.Join(dir, "link.log"), "cannot open log file"},
+		"outside the dir":   {filepath.Join(outside, "x.log"), "ignored: log files go in " + dir},
+		"a subdirectory":    {filepath.Join(dir, "sub", "x.log"), "ignored"},
+		"up and out":        {filepath.Join(dir, "..", filepath.Base(outside), "x.log"), "ignored"},
+		"the directory":     {dir, "ignored"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			var l *Logger
 			stderr := capture(t, &os.Stderr, func() {
-				l = New(path, "debug", "")
+				l = New(c.path, "debug", "")
 				if l == nil {
 					t.Fatal("New returned nil")
 				}
 				logAll(l)
 			})
-			if !strings.Contains(stderr, "cannot open log file "+path) {
-				t.Errorf("stderr %q does not report the log file", stderr)
+			if !strings.Contains(stderr, c.says) {
+				t.Errorf("stderr %q does not say %q", stderr, c.says)
 			}
 			// Logging carries on: warnings and errors still reach stderr.
 			if !strings.Contains(stderr, "rdma-netns: error: error 4") || !strings.Contains(stderr, "rdma-netns: warn: warn 3") {
@@ -235,6 +261,14 @@ func TestUnopenableLogFile(t *testing.T) {
 				t.Errorf("info went to stderr: %q", stderr)
 			}
 		})
+	}
+	// Nothing was created or written outside the directory, nor through
+	// the link.
+	if ents, _ := os.ReadDir(outside); len(ents) != 0 {
+		t.Errorf("the plugin wrote outside its log directory: %v", ents)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "sub")); !os.IsNotExist(err) {
+		t.Errorf("a subdirectory was made: %v", err)
 	}
 }
 

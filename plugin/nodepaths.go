@@ -5,6 +5,7 @@ import (
 
 	"github.com/rdma-netns/rdma-netns/pkg/config"
 	"github.com/rdma-netns/rdma-netns/pkg/drarecord"
+	"github.com/rdma-netns/rdma-netns/pkg/logging"
 )
 
 // nadRecordDir refuses a network whose "dra" names a record directory
@@ -19,4 +20,17 @@ func (c *call) nadRecordDir() error {
 	}
 	return fmt.Errorf("network %s sets dra.recordDir %s, but the record directory is the node's setting, not the network's: rdma-netns reads the DRA driver's records only from %s (the driver's --record-dir, which the chart fixes), so that a pod gets only the NICs of its own claims; remove \"recordDir\" from the network's \"dra\"",
 		config.Quote(c.conf.Name), config.Quote(c.conf.DRA.RecordDir), drarecord.DefaultDir)
+}
+
+// nadLogFile refuses a network whose logFile is outside the node's log
+// directory: the plugin runs as root, and a NAD author who could name any
+// path would have it append to any file of the node. The file is never
+// opened (logging.New); ADD refuses the network so that its author learns
+// why, while DEL and the other verbs run on, logging to the runtime alone.
+func (c *call) nadLogFile() error {
+	if !c.conf.ForeignLogFile() {
+		return nil
+	}
+	return fmt.Errorf("network %s sets logFile %s, but rdma-netns writes log files only in the node's directory %s: name a file there (%s/rdma-netns.log), or remove \"logFile\"; nothing was changed",
+		config.Quote(c.conf.Name), config.Quote(c.conf.LogFile), logging.Dir, logging.Dir)
 }
