@@ -103,6 +103,28 @@ func TestBinaryAsCNIPlugin(t *testing.T) {
 	}
 }
 
+// A network's logFile outside the node's log directory is never opened,
+// whatever the verb: the binary runs as root, and a NAD author would have
+// it append to (or create) any file of the node. ADD fails and says why;
+// DEL succeeds; the file is not there after either.
+func TestBinaryNeverOpensAForeignLogFile(t *testing.T) {
+	bin := buildBinary(t)
+	target := filepath.Join(t.TempDir(), "ld.so.preload")
+	conf := `{"cniVersion":"1.1.0","name":"rdma-net","type":"rdma-netns","logFile":"` + target + `","stateDir":"` + t.TempDir() + `"}`
+	add := []string{"CNI_COMMAND=ADD", "CNI_CONTAINERID=c0ffee", "CNI_NETNS=/var/run/netns/nowhere", "CNI_IFNAME=net1", "CNI_PATH=/opt/cni/bin"}
+	out, errOut, code := run(t, bin, add, conf)
+	if code != 1 || !strings.Contains(out, "only in the node's directory /var/log/rdma-netns") || !strings.Contains(errOut, "ignored") {
+		t.Errorf("ADD: exit %d, stdout %q, stderr %q; want 1, the refusal, and stderr saying the file is ignored", code, out, errOut)
+	}
+	del := []string{"CNI_COMMAND=DEL", "CNI_CONTAINERID=c0ffee", "CNI_NETNS=", "CNI_IFNAME=net1", "CNI_PATH=/opt/cni/bin"}
+	if out, errOut, code := run(t, bin, del, conf); code != 0 {
+		t.Errorf("DEL: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	if _, err := os.Stat(target); !os.IsNotExist(err) {
+		t.Errorf("the binary created or opened the network's logFile %s: %v", target, err)
+	}
+}
+
 // Run by a person, the binary says what it is, what its commands are for,
 // and says so when a command is unknown.
 func TestBinaryAsCommand(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/skel"
@@ -133,9 +134,21 @@ func (p *Plugin) newCall(args *skel.CmdArgs, withResult bool) (*call, error) {
 	if p.NewLogger != nil {
 		c.log = p.NewLogger(conf, args)
 	} else {
-		c.log = logging.New(conf.LogFile, conf.LogLevel, fmt.Sprintf("%s %.12s %s: ", conf.Name, args.ContainerID, logIfName(args.IfName)))
+		c.log = logging.New(logFile(conf), conf.LogLevel, fmt.Sprintf("%s %.12s %s: ", conf.Name, args.ContainerID, logIfName(args.IfName)))
 	}
 	return c, nil
+}
+
+// logFile is the network's logFile when it names a file in the node's log
+// directory, "" (stderr only) otherwise: the plugin runs as root, and a
+// network must not choose which file of the node it appends to. ADD
+// refuses such a network (nadLogFile); the other verbs run on.
+func logFile(conf *config.NetConf) string {
+	if conf.ForeignLogFile() {
+		fmt.Fprintf(os.Stderr, "rdma-netns: logFile %s ignored: log files go in %s only\n", config.Quote(conf.LogFile), logging.Dir)
+		return ""
+	}
+	return conf.LogFile
 }
 
 // logIfName is CNI_IFNAME as the log may show it: the pod chooses it, and

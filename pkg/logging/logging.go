@@ -73,17 +73,13 @@ func Allowed(path string) bool {
 }
 
 // New opens path for appending (when set). A log file that cannot be opened
-// must not fail the CNI call, so that is reported on stderr and ignored; so
-// is a path outside Dir, which is never opened. Dir is created (0700) if
-// missing; a symbolic link, a FIFO or anything but a regular file at path
-// is refused without blocking.
+// must not fail the call, so that is reported on stderr and ignored. A
+// symbolic link, a FIFO or anything but a regular file at path is refused
+// without blocking. Which paths a caller may name is the caller's rule:
+// the CNI plugin takes only Allowed ones from a network's configuration.
 func New(path, level, prefix string) *Logger {
 	l := &Logger{level: ParseLevel(level), stderr: os.Stderr, prefix: prefix}
 	if path == "" {
-		return l
-	}
-	if !Allowed(path) {
-		fmt.Fprintf(os.Stderr, "rdma-netns: logFile %q ignored: log files go in %s only (name one there, such as %s/rdma-netns.log)\n", path, dir, dir)
 		return l
 	}
 	f, err := open(path)
@@ -95,9 +91,13 @@ func New(path, level, prefix string) *Logger {
 	return l
 }
 
+// open opens path for appending, creating Dir (0700) first for a file in
+// it: the node's directory for the plugin's logs.
 func open(path string) (*os.File, error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, err
+	if Allowed(path) {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, err
+		}
 	}
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0o600)
 	if err != nil {

@@ -232,26 +232,23 @@ func TestUnopenableLogFile(t *testing.T) {
 	if err := os.Symlink(filepath.Join(outside, "target"), filepath.Join(dir, "link.log")); err != nil {
 		t.Fatal(err)
 	}
-	for name, c := range map[string]struct{ path, says string }{
-		"a directory":       {filepath.Join(dir, "a-dir.log"), "cannot open log file"},
-		"a FIFO, no reader": {filepath.Join(dir, "fifo.log"), "cannot open log file"},
-		"a symbolic link":   {filepath.Join(dir, "link.log"), "cannot open log file"},
-		"outside the dir":   {filepath.Join(outside, "x.log"), "ignored: log files go in " + dir},
-		"a subdirectory":    {filepath.Join(dir, "sub", "x.log"), "ignored"},
-		"up and out":        {filepath.Join(dir, "..", filepath.Base(outside), "x.log"), "ignored"},
-		"the directory":     {dir, "ignored"},
+	for name, path := range map[string]string{
+		"a directory":       filepath.Join(dir, "a-dir.log"),
+		"a FIFO, no reader": filepath.Join(dir, "fifo.log"),
+		"a symbolic link":   filepath.Join(dir, "link.log"),
+		"missing directory": filepath.Join(outside, "no", "such", "dir", "x.log"),
 	} {
 		t.Run(name, func(t *testing.T) {
 			var l *Logger
 			stderr := capture(t, &os.Stderr, func() {
-				l = New(c.path, "debug", "")
+				l = New(path, "debug", "")
 				if l == nil {
 					t.Fatal("New returned nil")
 				}
 				logAll(l)
 			})
-			if !strings.Contains(stderr, c.says) {
-				t.Errorf("stderr %q does not say %q", stderr, c.says)
+			if !strings.Contains(stderr, "cannot open log file "+path) {
+				t.Errorf("stderr %q does not report the log file", stderr)
 			}
 			// Logging carries on: warnings and errors still reach stderr.
 			if !strings.Contains(stderr, "rdma-netns: error: error 4") || !strings.Contains(stderr, "rdma-netns: warn: warn 3") {
@@ -262,13 +259,32 @@ func TestUnopenableLogFile(t *testing.T) {
 			}
 		})
 	}
-	// Nothing was created or written outside the directory, nor through
-	// the link.
+	// Nothing was created through the link, nor a directory made outside
+	// the node's.
 	if ents, _ := os.ReadDir(outside); len(ents) != 0 {
-		t.Errorf("the plugin wrote outside its log directory: %v", ents)
+		t.Errorf("written outside the log directory: %v", ents)
 	}
-	if _, err := os.Stat(filepath.Join(dir, "sub")); !os.IsNotExist(err) {
-		t.Errorf("a subdirectory was made: %v", err)
+}
+
+// Allowed takes a plain name directly in the node's directory, however the
+// path is spelled, and nothing else.
+func TestAllowed(t *testing.T) {
+	dir := inDir(t)
+	for path, want := range map[string]bool{
+		dir + "/rdma-net.log":               true,
+		dir + "//x.log":                     true,
+		dir + "/./x.log":                    true,
+		dir:                                 false,
+		dir + "/":                           false,
+		dir + "/sub/x.log":                  false,
+		dir + "/../x.log":                   false,
+		dir + "/../../../etc/ld.so.preload": false,
+		"/etc/ld.so.preload":                false,
+		"x.log":                             false,
+	} {
+		if got := Allowed(path); got != want {
+			t.Errorf("Allowed(%q) = %v, want %v", path, got, want)
+		}
 	}
 }
 
