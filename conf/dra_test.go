@@ -27,8 +27,6 @@ var draFlags = map[string]string{
 	"sysfs":      "/sys",
 	"kubeconfig": "",
 	"rescan":     "30s",
-	// The container runtime's CDI directory for the running system.
-	"cdi-dir": "/var/run/cdi",
 }
 
 // draOptions reads the driver's command line as Go's flag package would
@@ -88,13 +86,10 @@ func checkDRA(spec corev1.PodSpec) error {
 	if o["record-dir"] != drarecord.DefaultDir {
 		return fmt.Errorf("--record-dir %s: rdma-netns reads the records at %s alone (a NAD cannot name another)", o["record-dir"], drarecord.DefaultDir)
 	}
-	if d := o["cdi-dir"]; d != "/var/run/cdi" && d != "/etc/cdi" {
-		return fmt.Errorf("--cdi-dir %s: the container runtime reads CDI specs from /var/run/cdi and /etc/cdi (containerd's and CRI-O's cdi_spec_dirs)", d)
-	}
 	if o["kubeconfig"] != "" {
 		return fmt.Errorf("--kubeconfig %s: in a pod the driver uses its ServiceAccount", o["kubeconfig"])
 	}
-	for _, dir := range []string{"/var/lib/kubelet/plugins_registry", "/var/lib/kubelet/plugins/" + drarecord.DriverName, o["record-dir"], o["cdi-dir"]} {
+	for _, dir := range []string{"/var/lib/kubelet/plugins_registry", "/var/lib/kubelet/plugins/" + drarecord.DriverName, o["record-dir"]} {
 		if err := checkSamePathMount(spec, c, dir); err != nil {
 			return err
 		}
@@ -350,12 +345,6 @@ func TestDRARejects(t *testing.T) {
 				}
 			}
 		}, "read-only"},
-		{"no CDI directory", func(_ *corev1.PodSpec, c *corev1.Container) {
-			c.VolumeMounts = slices.DeleteFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == "dra-cdi" })
-		}, "nothing is mounted at /var/run/cdi"},
-		{"CDI specs where the runtime does not look", func(_ *corev1.PodSpec, c *corev1.Container) {
-			c.Command = append(c.Command, "--cdi-dir=/etc/rdma-cdi")
-		}, "--cdi-dir /etc/rdma-cdi"},
 		{"no token", func(_ *corev1.PodSpec, c *corev1.Container) {
 			c.VolumeMounts = slices.DeleteFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == "dra-token" })
 		}, "no ServiceAccount token"},

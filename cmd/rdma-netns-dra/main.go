@@ -19,13 +19,11 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/rdma-netns/rdma-netns/cmd/rdma-netns-dra/cdi"
 	"github.com/rdma-netns/rdma-netns/cmd/rdma-netns-dra/driver"
 	"github.com/rdma-netns/rdma-netns/cmd/rdma-netns-dra/nics"
 	"github.com/rdma-netns/rdma-netns/cmd/rdma-netns-dra/publish"
 	"github.com/rdma-netns/rdma-netns/pkg/drarecord"
 	"github.com/rdma-netns/rdma-netns/pkg/rdmadev"
-	"github.com/rdma-netns/rdma-netns/pkg/rdmans"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -40,7 +38,6 @@ const (
 type options struct {
 	node, recordDir, sysfs, kubeconfig string
 	pciAddresses                       string
-	cdiDir                             string
 	rescan                             time.Duration
 }
 
@@ -51,7 +48,6 @@ func main() {
 	fl.StringVar(&o.node, "node-name", os.Getenv("NODE_NAME"), "this node's name: the pool's name and the slice's node (default $NODE_NAME)")
 	fl.StringVar(&o.recordDir, "record-dir", drarecord.DefaultDir, "where the claims' records go, read by the rdma-netns CNI plugin; on the node's disk")
 	fl.StringVar(&o.sysfs, "sysfs", "/sys", "the sysfs to find the NICs in")
-	fl.StringVar(&o.cdiDir, "cdi-dir", cdi.DefaultDir, "where the claims' CDI specs go (the container runtime's CDI directory for the running system): the device nodes of a claim's NICs for the containers that name it")
 	fl.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (default: the pod's service account)")
 	fl.StringVar(&o.pciAddresses, "pci-addresses", "", "comma-separated PCI addresses (0000:3b:00.0) of the only NICs to offer (default: every RDMA NIC of the node); the others stay with whatever else hands NICs out here")
 	fl.DurationVar(&o.rescan, "rescan", 30*time.Second, "how often to look at the NICs again; the slice is published again when they changed")
@@ -82,7 +78,7 @@ func run(o options, logger *log.Logger) error {
 
 	records := drarecord.Dir(o.recordDir)
 	scanner := nics.Scanner{Root: o.sysfs, Only: only}
-	d := &driver.Driver{Records: records, Scanner: scanner, Log: logger, CDI: cdi.Dir(o.cdiDir), Nodes: rdmans.Netlink{}}
+	d := &driver.Driver{Records: records, Scanner: scanner, Log: logger}
 	helper, err := kubeletplugin.Start(ctx, d,
 		kubeletplugin.DriverName(drarecord.DriverName),
 		kubeletplugin.KubeClient(client),
@@ -96,7 +92,7 @@ func run(o options, logger *log.Logger) error {
 			drarecord.DriverName, registrarDir, pluginDir, err)
 	}
 	defer helper.Stop()
-	logger.Printf("registered with kubelet as %s on node %s; records in %s, CDI specs in %s, NICs from %s", drarecord.DriverName, o.node, o.recordDir, o.cdiDir, o.sysfs)
+	logger.Printf("registered with kubelet as %s on node %s; records in %s, NICs from %s", drarecord.DriverName, o.node, o.recordDir, o.sysfs)
 
 	p := &publish.Publisher{Node: o.node, Records: records, Scanner: scanner, Sysfs: o.sysfs, Log: logger, Publish: helper.PublishResources}
 	tick := time.NewTicker(o.rescan)

@@ -32,7 +32,6 @@ import (
 	"github.com/rdma-netns/rdma-netns/e2e/k8s/cluster"
 	"github.com/rdma-netns/rdma-netns/e2e/k8s/node"
 	"github.com/rdma-netns/rdma-netns/pkg/drarecord"
-	"github.com/rdma-netns/rdma-netns/pkg/rdmans"
 )
 
 // What conf/'s DRA examples name (conf/dra-*.yaml, conf/nad-dra.yaml).
@@ -687,14 +686,13 @@ func stillPending(t *testing.T, p *corev1.Pod) error {
 // to net2).
 func (d *draRig) twoNICsEach(t *testing.T) {
 	applyManifest(t, "pod-dra")
-	createPod(t, cdiPod(draPod("dra-b", draTemplate2, 2, 1)))
+	createPod(t, draPod("dra-b", draTemplate2, 2, 1))
 	start := time.Now()
 	waitRunning(t, "default", draConfPod, 4*time.Minute)
 	waitRunning(t, "default", "dra-b", 4*time.Minute)
 	t.Logf("both pods Running %s after their creation", time.Since(start).Round(time.Second))
 	a := d.holds(t, draConfPod, 2)
 	b := d.holds(t, "dra-b", 2)
-	cdiNodesOnly(t, "dra-b", "tools")
 	for i := range a {
 		bw, err := rig.WriteBWBetween(ctx(t), draPeer(t, "dra-b", i, b[i]), draPeer(t, draConfPod, i, a[i]), 65536, 100)
 		if err != nil {
@@ -706,61 +704,6 @@ func (d *draRig) twoNICsEach(t *testing.T) {
 	d.recordOf(t, draConfPod)
 	d.recordOf(t, "dra-b")
 	d.sliceUnchanged(t, "two pods holding every NIC")
-}
-
-// nriOptOut is pkg/podadjust's AnnotationNRI: "skip" opts the pod out
-// (that package's NRI dependency stays out of this module).
-const nriOptOut = "rdma-netns.io/nri"
-
-// cdiPod makes p a pod whose device nodes come by CDI alone: it opts out
-// of rdma-netns-nri, its container names the claim (the kubelet passes the
-// CDI IDs Prepare returned to the containers that name it), and takes
-// IPC_LOCK for the memory registration NRI's memlock limit would allow.
-func cdiPod(p *corev1.Pod) *corev1.Pod {
-	p.Annotations[nriOptOut] = "skip"
-	for i := range p.Spec.Containers {
-		c := &p.Spec.Containers[i]
-		c.Resources.Claims = []corev1.ResourceClaim{{Name: p.Spec.ResourceClaims[0].Name}}
-		c.SecurityContext.Capabilities.Add = []corev1.Capability{"IPC_LOCK"}
-	}
-	return p
-}
-
-// cdiNodesOnly checks that the container's /dev/infiniband is exactly the
-// uverbs node of each RDMA device in the pod's netns and rdma_cm, as the
-// kernel numbers them from inside that netns (the claim's CDI spec), and
-// that NRI gave it nothing: the pod opted out.
-func cdiNodesOnly(t *testing.T, pod, container string) {
-	t.Helper()
-	vn, err := rdmans.Netlink{}.VerbsNodesIn(mustNetns(t, "default", pod))
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := []string{"rdma_cm"}
-	for _, v := range vn.Devices {
-		if v.Uverbs == nil {
-			t.Fatalf("pod %s: its RDMA device %s has no uverbs node", pod, v.Device)
-		}
-		want = append(want, v.Uverbs.Name)
-	}
-	out, stderr, err := execIn(t, "default", pod, container, "ls", "/dev/infiniband")
-	if err != nil {
-		t.Fatalf("pod %s: ls /dev/infiniband: %v: %s", pod, err, stderr)
-	}
-	got := strings.Fields(out)
-	sort.Strings(got)
-	sort.Strings(want)
-	if !slices.Equal(got, want) {
-		t.Errorf("pod %s, container %s: /dev/infiniband has %v, want exactly its NICs' nodes by CDI %v", pod, container, got, want)
-	}
-	p, err := cs.CoreV1().Pods("default").Get(ctx(t), pod, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if by := adjustedBy(t, *p); by != "" {
-		t.Errorf("pod %s opted out of NRI, but its container's spec carries %s: %s", pod, nriAdjustedBy, by)
-	}
-	t.Logf("pod %s, container %s (NRI opted out): /dev/infiniband %v, by CDI", pod, container, got)
 }
 
 // recordOf checks the driver's record of the pod's one claim: on the

@@ -56,48 +56,33 @@ type VerbsNodes struct {
 // device itself: the kernel looks the device index up in the socket's
 // netns.
 func (Netlink) VerbsNodesIn(nsPath string) (*VerbsNodes, error) {
-	var out *VerbsNodes
+	out := &VerbsNodes{}
 	err := podns.Do(nsPath, func(podns.Thread) error {
-		var err error
-		out, err = verbsNodes("netns " + nsPath)
-		return err
+		devs, err := Links()
+		if err != nil {
+			return fmt.Errorf("cannot list the RDMA devices in netns %s: %v", nsPath, err)
+		}
+		for _, d := range devs {
+			idx := d.Attrs.Index
+			cd, err := chardev(&idx, "uverbs")
+			if err != nil && !noChardev(err) {
+				return fmt.Errorf("cannot find the uverbs node of RDMA device %s in netns %s: %v", d.Attrs.Name, nsPath, err)
+			}
+			out.Devices = append(out.Devices, VerbsNode{Device: d.Attrs.Name, Uverbs: cd})
+		}
+		if len(devs) == 0 {
+			return nil
+		}
+		cm, err := chardev(nil, "rdma_cm")
+		if err != nil && !noChardev(err) {
+			return fmt.Errorf("cannot find the rdma_cm node: %v", err)
+		}
+		out.RdmaCM = cm
+		return nil
 	}, podns.CallerThread())
 	if err != nil {
 		return nil, err
 	}
-	return out, nil
-}
-
-// HostVerbsNodes is VerbsNodesIn for the caller's own netns, entered by no
-// thread switch and so needing no privilege: the DRA driver's, on the
-// host's network.
-func (Netlink) HostVerbsNodes() (*VerbsNodes, error) {
-	return verbsNodes("the host's network namespace")
-}
-
-// verbsNodes asks the calling thread's netns, called where.
-func verbsNodes(where string) (*VerbsNodes, error) {
-	out := &VerbsNodes{}
-	devs, err := Links()
-	if err != nil {
-		return nil, fmt.Errorf("cannot list the RDMA devices in %s: %v", where, err)
-	}
-	for _, d := range devs {
-		idx := d.Attrs.Index
-		cd, err := chardev(&idx, "uverbs")
-		if err != nil && !noChardev(err) {
-			return nil, fmt.Errorf("cannot find the uverbs node of RDMA device %s in %s: %v", d.Attrs.Name, where, err)
-		}
-		out.Devices = append(out.Devices, VerbsNode{Device: d.Attrs.Name, Uverbs: cd})
-	}
-	if len(devs) == 0 {
-		return out, nil
-	}
-	cm, err := chardev(nil, "rdma_cm")
-	if err != nil && !noChardev(err) {
-		return nil, fmt.Errorf("cannot find the rdma_cm node: %v", err)
-	}
-	out.RdmaCM = cm
 	return out, nil
 }
 

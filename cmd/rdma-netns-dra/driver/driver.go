@@ -13,13 +13,11 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/rdma-netns/rdma-netns/cmd/rdma-netns-dra/cdi"
 	"github.com/rdma-netns/rdma-netns/cmd/rdma-netns-dra/nics"
 	"github.com/rdma-netns/rdma-netns/cmd/rdma-netns-dra/slices"
 	"github.com/rdma-netns/rdma-netns/pkg/config"
 	"github.com/rdma-netns/rdma-netns/pkg/draconfig"
 	"github.com/rdma-netns/rdma-netns/pkg/drarecord"
-	"github.com/rdma-netns/rdma-netns/pkg/rdmans"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
@@ -34,21 +32,11 @@ type Scanner interface {
 	Scan() ([]nics.NIC, []nics.Skipped, error)
 }
 
-// Nodes asks the kernel for the host's RDMA devices' uverbs nodes and
-// rdma_cm (rdmans.Netlink).
-type Nodes interface {
-	HostVerbsNodes() (*rdmans.VerbsNodes, error)
-}
-
 // Driver implements kubeletplugin.DRAPlugin.
 type Driver struct {
 	Records drarecord.Dir
 	Scanner Scanner
 	Log     *log.Logger
-	// CDI is where the claims' CDI specs go, Nodes what they hold; with
-	// Nodes nil Prepare returns no CDI devices.
-	CDI   cdi.Dir
-	Nodes Nodes
 
 	// mu orders Prepare and Unprepare against each other: the helper
 	// serializes gRPC calls by default, but a refusal decided on a scan
@@ -69,13 +57,13 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
 	b := &batch{}
 	for _, c := range claims {
-		rec, ids, err := d.prepare(c, b)
+		rec, err := d.prepare(c, b)
 		if err != nil {
 			d.Log.Printf("prepare: claim %s/%s (%s): refused: %v", c.Namespace, c.Name, c.UID, err)
 			out[c.UID] = kubeletplugin.PrepareResult{Err: err}
 			continue
 		}
-		out[c.UID] = kubeletplugin.PrepareResult{Devices: result(rec, ids)}
+		out[c.UID] = kubeletplugin.PrepareResult{Devices: result(rec)}
 	}
 	return out, nil
 }
@@ -135,56 +123,27 @@ func (d *Driver) held(b *batch) (*holders, error) {
 	return b.held, nil
 }
 
-// prepare records the claim's NICs, or finds its record, and returns it
-// with the NICs' CDI IDs (nil without Nodes). Nothing is left behind when
-// it fails.
-func (d *Driver) prepare(c *resourceapi.ResourceClaim, b *batch) (*drarecord.Claim, []string, error) {
+func (d *Driver) prepare(c *resourceapi.ResourceClaim, b *batch) (*drarecord.Claim, error) {
 	results := ours(c)
 	if err := refuseAdminAccess(results); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	// The claim's configuration is checked before anything is recorded:
 	// a bad key fails the pod's start with its message, and no NIC moves.
 	configs, err := resolveConfig(c, results)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	// kubelet asks again after its restart or a timeout of ours; the
 	// record answers, whatever the kernel shows now (the NIC may already
 	// be in the pod's netns).
 	if rec, ok, err := d.Records.Load(string(c.UID)); err != nil {
-		return nil, nil, fmt.Errorf("reading the claim's earlier record: %w", err)
+		return nil, fmt.Errorf("reading the claim's earlier record: %w", err)
 	} else if ok {
 		d.Log.Printf("prepare: claim %s/%s (%s) for pod %s/%s (%s): already recorded, %s", c.Namespace, c.Name, c.UID,
 			rec.PodNamespace, rec.PodName, rec.PodUID, describe(rec.Devices))
-		ids, err := d.writeCDI(rec)
-		return rec, ids, err
+		return rec, nil
 	}
-	rec, err := d.newRecord(c, b, results, configs)
-	if err != nil {
-		return nil, nil, err
-	}
-	ids, err := d.writeCDI(rec)
-	if err != nil {
-		return nil, nil, err
-	}
-	if err := d.Records.Write(rec); err != nil {
-		if d.Nodes != nil {
-			d.CDI.Remove(rec.ClaimUID)
-		}
-		return nil, nil, fmt.Errorf("writing the record for the CNI plugin: %w", err)
-	}
-	if b.held != nil {
-		b.held.add(rec)
-	}
-	d.Log.Printf("prepare: claim %s/%s (%s) for pod %s/%s (%s): recorded %s", c.Namespace, c.Name, c.UID,
-		rec.PodNamespace, rec.PodName, rec.PodUID, describe(rec.Devices))
-	return rec, ids, nil
-}
-
-// newRecord is the claim's record: its pod, and each NIC as the host sees
-// it now with what it becomes in the pod, once no other claim holds it.
-func (d *Driver) newRecord(c *resourceapi.ResourceClaim, b *batch, results []resourceapi.DeviceRequestAllocationResult, configs []draconfig.NIC) (*drarecord.Claim, error) {
 	pod, err := reservedPod(c)
 	if err != nil {
 		return nil, err
@@ -235,6 +194,14 @@ func (d *Driver) newRecord(c *resourceapi.ResourceClaim, b *batch, results []res
 	if err := rdmaNamesFree(rec, b.visible, held); err != nil {
 		return nil, err
 	}
+	if err := d.Records.Write(rec); err != nil {
+		return nil, fmt.Errorf("writing the record for the CNI plugin: %w", err)
+	}
+	if held != nil {
+		held.add(rec)
+	}
+	d.Log.Printf("prepare: claim %s/%s (%s) for pod %s/%s (%s): recorded %s", c.Namespace, c.Name, c.UID,
+		rec.PodNamespace, rec.PodName, rec.PodUID, describe(rec.Devices))
 	return rec, nil
 }
 
@@ -367,65 +334,15 @@ func ours(c *resourceapi.ResourceClaim) []resourceapi.DeviceRequestAllocationRes
 	return out
 }
 
-// result tells kubelet which devices were prepared and, with Nodes set,
-// their CDI devices: a container that names the claim gets the uverbs node
-// of each of its NICs and rdma_cm, and no other node (rdma-netns-nri still
-// gives the memlock limit and /dev/shm, and the nodes to containers that
-// do not name the claim).
-func result(rec *drarecord.Claim, ids []string) []kubeletplugin.Device {
+// result tells kubelet which devices were prepared; no CDI devices: the
+// device nodes come from rdma-netns-nri, for the RDMA devices that reach
+// the pod's netns.
+func result(rec *drarecord.Claim) []kubeletplugin.Device {
 	out := make([]kubeletplugin.Device, 0, len(rec.Devices))
-	for i, dev := range rec.Devices {
-		kd := kubeletplugin.Device{Requests: []string{dev.Request}, PoolName: dev.Pool, DeviceName: dev.Device}
-		if ids != nil {
-			kd.CDIDeviceIDs = []string{ids[i]}
-		}
-		out = append(out, kd)
+	for _, dev := range rec.Devices {
+		out = append(out, kubeletplugin.Device{Requests: []string{dev.Request}, PoolName: dev.Pool, DeviceName: dev.Device})
 	}
 	return out
-}
-
-// writeCDI writes the claim's CDI spec from the kernel's uverbs nodes of
-// its RDMA devices on the host, and returns the IDs in the record's order.
-// A spec already there is kept: kubelet asks again after its restart,
-// while the NICs are in the pod and the host no longer sees their nodes;
-// a reboot empties the directory, and the NICs are home then.
-func (d *Driver) writeCDI(rec *drarecord.Claim) ([]string, error) {
-	if d.Nodes == nil || len(rec.Devices) == 0 {
-		return nil, nil
-	}
-	if d.CDI.Has(rec.ClaimUID) {
-		ids := make([]string, len(rec.Devices))
-		for i, dev := range rec.Devices {
-			ids[i] = cdi.ID(rec.ClaimUID, dev.Device)
-		}
-		return ids, nil
-	}
-	vn, err := d.Nodes.HostVerbsNodes()
-	if err != nil {
-		return nil, fmt.Errorf("finding the NICs' device nodes for their CDI spec: %w", err)
-	}
-	uverbs := map[string]*rdmans.CharDev{}
-	for _, v := range vn.Devices {
-		uverbs[v.Device] = v.Uverbs
-	}
-	devs := make([]cdi.Device, 0, len(rec.Devices))
-	for _, dev := range rec.Devices {
-		u, ok := uverbs[dev.RdmaDevice]
-		switch {
-		case !ok:
-			return nil, fmt.Errorf("device %s (request %q): its RDMA device %s is not on the host, so its device nodes cannot be named; the pod cannot start until it is back", dev.Device, dev.Request, dev.RdmaDevice)
-		case u == nil:
-			return nil, fmt.Errorf("device %s (request %q): the kernel has no uverbs node for its RDMA device %s: load ib_uverbs on the node", dev.Device, dev.Request, dev.RdmaDevice)
-		}
-		devs = append(devs, cdi.Device{Name: dev.Device, Nodes: []string{u.Path()}})
-	}
-	var shared []string
-	if vn.RdmaCM != nil {
-		shared = append(shared, vn.RdmaCM.Path())
-	} else {
-		d.Log.Printf("prepare: claim %s: the kernel has no rdma_cm node (load rdma_ucm): its containers get the uverbs nodes only", rec.ClaimUID)
-	}
-	return d.CDI.Write(rec.ClaimUID, devs, shared)
 }
 
 func describe(devs []drarecord.Device) string {
@@ -452,11 +369,7 @@ func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 	out := make(map[types.UID]error, len(claims))
 	for _, c := range claims {
 		rec, had, _ := d.Records.Load(string(c.UID))
-		var err error
-		if d.Nodes != nil {
-			err = d.CDI.Remove(string(c.UID))
-		}
-		err = errors.Join(err, d.Records.Remove(string(c.UID)))
+		err := d.Records.Remove(string(c.UID))
 		out[c.UID] = err
 		switch {
 		case err != nil:

@@ -2,8 +2,6 @@ package driver_test
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 	"io"
 	"log"
 	"os"
@@ -12,12 +10,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/rdma-netns/rdma-netns/cmd/rdma-netns-dra/cdi"
 	"github.com/rdma-netns/rdma-netns/cmd/rdma-netns-dra/driver"
 	"github.com/rdma-netns/rdma-netns/cmd/rdma-netns-dra/internal/fakesys"
 	"github.com/rdma-netns/rdma-netns/cmd/rdma-netns-dra/nics"
 	"github.com/rdma-netns/rdma-netns/pkg/drarecord"
-	"github.com/rdma-netns/rdma-netns/pkg/rdmans"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -462,120 +458,4 @@ func TestPrepareRefusesTakenRDMAName(t *testing.T) {
 	if r := prepare(t, d, named("claim-n4", fakesys.VirtioDevice, "rdma_x")); r.Err == nil || !strings.Contains(r.Err.Error(), "taken on this node") {
 		t.Errorf("Prepare naming the device as another claim's pod names its own: %v", r.Err)
 	}
-}
-
-// fakeNodes is the host's uverbs nodes as the kernel would answer: the
-// virtio NIC's rxe0 has uverbs0, the mlx5 NIC's uverbs1; held devices
-// (in a pod's netns) are not the host's.
-type fakeNodes struct {
-	sys    *fakesys.Node
-	held   map[string]bool
-	rdmaCM bool
-}
-
-func (f *fakeNodes) HostVerbsNodes() (*rdmans.VerbsNodes, error) {
-	out := &rdmans.VerbsNodes{}
-	for i, dev := range []string{fakesys.VirtioRDMA, fakesys.MlxRDMA} {
-		if f.held[dev] {
-			continue
-		}
-		out.Devices = append(out.Devices, rdmans.VerbsNode{Device: dev, Uverbs: &rdmans.CharDev{Name: fmt.Sprintf("uverbs%d", i), Major: 231, Minor: uint32(192 + i)}})
-	}
-	if f.rdmaCM {
-		out.RdmaCM = &rdmans.CharDev{Name: "rdma_cm", Major: 10, Minor: 58}
-	}
-	return out, nil
-}
-
-type cdiSpec struct {
-	Kind    string `json:"kind"`
-	Devices []struct {
-		Name           string `json:"name"`
-		ContainerEdits struct {
-			DeviceNodes []struct {
-				Path     string `json:"path"`
-				FileMode uint32 `json:"fileMode"`
-			} `json:"deviceNodes"`
-		} `json:"containerEdits"`
-	} `json:"devices"`
-	ContainerEdits struct {
-		DeviceNodes []struct {
-			Path string `json:"path"`
-		} `json:"deviceNodes"`
-	} `json:"containerEdits"`
-}
-
-// A container that names the claim gets, by CDI, the uverbs node of each
-// of its NICs and rdma_cm, nothing of the node's other NIC; Unprepare
-// takes the spec away with the record.
-func TestPrepareCDI(t *testing.T) {
-	sys := fakesys.New(t)
-	dir := drarecord.Dir(t.TempDir())
-	cdiDir := cdi.Dir(t.TempDir())
-	d := newDriver(sys.Root, dir)
-	nodes := &fakeNodes{sys: sys, held: map[string]bool{}, rdmaCM: true}
-	d.CDI, d.Nodes = cdiDir, nodes
-	c := claim("claim-cdi", []string{"pod-cdi"}, result{drarecord.DriverName, "nic", fakesys.MlxDevice})
-	r := prepare(t, d, c)
-	if r.Err != nil {
-		t.Fatal(r.Err)
-	}
-	wantID := "nic.rdma-netns.io/nic=claim-cdi-" + fakesys.MlxDevice
-	if len(r.Devices) != 1 || !reflect.DeepEqual(r.Devices[0].CDIDeviceIDs, []string{wantID}) {
-		t.Fatalf("Prepare = %+v, want the device with CDI ID %s", r.Devices, wantID)
-	}
-	data, err := os.ReadFile(cdiDir.File("claim-cdi"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var s cdiSpec
-	if err := json.Unmarshal(data, &s); err != nil {
-		t.Fatal(err)
-	}
-	if s.Kind != "nic.rdma-netns.io/nic" || len(s.Devices) != 1 || s.Devices[0].Name != "claim-cdi-"+fakesys.MlxDevice ||
-		len(s.Devices[0].ContainerEdits.DeviceNodes) != 1 || s.Devices[0].ContainerEdits.DeviceNodes[0].Path != "/dev/infiniband/uverbs1" ||
-		s.Devices[0].ContainerEdits.DeviceNodes[0].FileMode != 0o666 ||
-		len(s.ContainerEdits.DeviceNodes) != 1 || s.ContainerEdits.DeviceNodes[0].Path != "/dev/infiniband/rdma_cm" {
-		t.Errorf("CDI spec: want kind nic.rdma-netns.io/nic, the mlx5 NIC's uverbs1 (0666) and rdma_cm only:\n%s", data)
-	}
-
-	// kubelet asks again after its restart, the NIC in the pod now: the
-	// same IDs, from the spec already there.
-	nodes.held[fakesys.MlxRDMA] = true
-	if again := prepare(t, d, c); again.Err != nil || !reflect.DeepEqual(again.Devices, r.Devices) {
-		t.Errorf("Prepare again with the NIC in the pod = %+v (err %v), want %+v", again.Devices, again.Err, r.Devices)
-	}
-
-	if _, err := d.UnprepareResourceClaims(context.Background(), []kubeletplugin.NamespacedObject{{UID: c.UID}}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(cdiDir.File("claim-cdi")); !os.IsNotExist(err) {
-		t.Errorf("the CDI spec is still there after Unprepare: %v", err)
-	}
-}
-
-// A NIC whose device nodes cannot be named fails the claim, and neither a
-// record nor a spec is left.
-func TestPrepareCDIRefusesWithoutUverbs(t *testing.T) {
-	sys := fakesys.New(t)
-	dir := drarecord.Dir(t.TempDir())
-	cdiDir := cdi.Dir(t.TempDir())
-	d := newDriver(sys.Root, dir)
-	d.CDI, d.Nodes = cdiDir, noUverbs{}
-	r := prepare(t, d, claim("claim-nouverbs", []string{"pod-x"}, result{drarecord.DriverName, "nic", fakesys.MlxDevice}))
-	if r.Err == nil || !strings.Contains(r.Err.Error(), "load ib_uverbs") || !strings.Contains(r.Err.Error(), `"nic"`) {
-		t.Errorf("Prepare err = %v, want a refusal naming the request and ib_uverbs", r.Err)
-	}
-	if files := recordFiles(t, dir); len(files) != 0 {
-		t.Errorf("records %v written for a refused claim", files)
-	}
-	if cdiDir.Has("claim-nouverbs") {
-		t.Error("a CDI spec was written for a refused claim")
-	}
-}
-
-type noUverbs struct{}
-
-func (noUverbs) HostVerbsNodes() (*rdmans.VerbsNodes, error) {
-	return &rdmans.VerbsNodes{Devices: []rdmans.VerbsNode{{Device: fakesys.MlxRDMA}, {Device: fakesys.VirtioRDMA}}}, nil
 }
