@@ -35,7 +35,7 @@ func startWatchdog(limit time.Duration) {
 		fmt.Fprintf(os.Stderr, "\nk8s.test: watchdog: still running %s before vm-run.sh's timeout (%s); ending the run. Every goroutine:\n%s\n",
 			watchdogMargin, limit, buf)
 		for _, f := range []string{filepath.Join(node.Dir, "kubelet.log"), "/var/log/containerd.log"} {
-			fmt.Fprintf(os.Stderr, "k8s.test: watchdog: the last lines of %s:\n%s\n", f, tail(f, 40))
+			fmt.Fprintf(os.Stderr, "k8s.test: watchdog: the last lines of %s:\n%s\n", f, node.Tail(f, 40))
 		}
 		os.Exit(3)
 	})
@@ -54,14 +54,4 @@ func uptime() time.Duration {
 		return 0
 	}
 	return time.Duration(s * float64(time.Second))
-}
-
-// tail is the last n lines of file, or why it could not be read.
-func tail(file string, n int) string {
-	data, err := os.ReadFile(file)
-	if err != nil {
-		return err.Error()
-	}
-	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }

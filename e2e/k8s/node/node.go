@@ -294,8 +294,11 @@ func (k *Kubelet) Stop() {
 }
 
 // LogTail is the last n lines of kubelet's log, for failure messages.
-func (k *Kubelet) LogTail(n int) string {
-	data, _ := os.ReadFile(k.Log)
+func (k *Kubelet) LogTail(n int) string { return Tail(k.Log, n) }
+
+// Tail is the last n lines of file ("" if it cannot be read).
+func Tail(file string, n int) string {
+	data, _ := os.ReadFile(file)
 	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
 	if len(lines) > n {
 		lines = lines[len(lines)-n:]
