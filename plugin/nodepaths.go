@@ -25,7 +25,7 @@ func (c *call) nadRecordDir() error {
 // nadLogFile refuses a network whose logFile is outside the node's log
 // directory: the plugin runs as root, and a NAD author who could name any
 // path would have it append to any file of the node. The file is never
-// opened (logging.New); ADD refuses the network so that its author learns
+// opened (newCall drops it: logFile); ADD refuses the network so that its author learns
 // why, while DEL and the other verbs run on, logging to the runtime alone.
 func (c *call) nadLogFile() error {
 	if !c.conf.ForeignLogFile() {
