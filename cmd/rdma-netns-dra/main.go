@@ -39,6 +39,7 @@ type options struct {
 	node, recordDir, sysfs, kubeconfig string
 	pciAddresses                       string
 	rescan                             time.Duration
+	busyWait                           time.Duration
 }
 
 func main() {
@@ -51,6 +52,7 @@ func main() {
 	fl.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (default: the pod's service account)")
 	fl.StringVar(&o.pciAddresses, "pci-addresses", "", "comma-separated PCI addresses (0000:3b:00.0) of the only NICs to offer (default: every RDMA NIC of the node); the others stay with whatever else hands NICs out here")
 	fl.DurationVar(&o.rescan, "rescan", 30*time.Second, "how often to look at the NICs again; the slice is published again when they changed")
+	fl.DurationVar(&o.busyWait, "busy-wait", 30*time.Second, "how long Prepare waits for a NIC that a claim being released still holds before it refuses the claim (kubelet's call times out at 45s; kubelet tries a refused claim again only 60-90s later)")
 	fl.Parse(os.Args[1:])
 	if err := run(o, logger); err != nil {
 		logger.Printf("%v", err)
@@ -65,6 +67,9 @@ func run(o options, logger *log.Logger) error {
 	if o.rescan <= 0 {
 		return fmt.Errorf("--rescan %s: want a positive interval", o.rescan)
 	}
+	if o.busyWait < 0 {
+		return fmt.Errorf("--busy-wait %s: want 0 (refuse a busy NIC at once) or a positive duration", o.busyWait)
+	}
 	only, err := pciAllowList(o.pciAddresses)
 	if err != nil {
 		return err
@@ -78,7 +83,7 @@ func run(o options, logger *log.Logger) error {
 
 	records := drarecord.Dir(o.recordDir)
 	scanner := nics.Scanner{Root: o.sysfs, Only: only}
-	d := &driver.Driver{Records: records, Scanner: scanner, Log: logger}
+	d := &driver.Driver{Records: records, Scanner: scanner, Log: logger, BusyWait: o.busyWait}
 	helper, err := kubeletplugin.Start(ctx, d,
 		kubeletplugin.DriverName(drarecord.DriverName),
 		kubeletplugin.KubeClient(client),
@@ -86,6 +91,10 @@ func run(o options, logger *log.Logger) error {
 		kubeletplugin.RegistrarDirectoryPath(registrarDir),
 		kubeletplugin.PluginDataDirectoryPath(pluginDir),
 		kubeletplugin.HealthService(false),
+		// The driver orders its calls itself (Driver.mu); serialized by the
+		// helper, a Prepare waiting for a busy NIC would hold off the
+		// Unprepare that releases it.
+		kubeletplugin.Serialize(false),
 	)
 	if err != nil {
 		return fmt.Errorf("starting the kubelet plugin %s (registrar %s, plugin dir %s; both must be mounted from the host at the same paths): %w",

@@ -459,16 +459,29 @@ func (d *draRig) waitSlice(n int) map[string]map[resourceapi.QualifiedName]resou
 // sliceUnchanged: the slice is what it was at the start, whoever holds
 // which NIC (a device a pod holds is invisible on the host, and stays
 // published).
+//
+// Within one rescan of the driver: kubelet's DRA reconciler may unprepare
+// a force-deleted pod's claim while the node still tears its sandbox
+// down, and a scan then finds its NIC neither on the host nor recorded,
+// until the next scan sees it home.
 func (d *draRig) sliceUnchanged(t *testing.T, when string) {
 	t.Helper()
-	now, err := d.sliceDevices()
+	start := time.Now()
+	var now map[string]map[resourceapi.QualifiedName]resourceapi.DeviceAttribute
+	err := cririg.Wait(draRescan+15*time.Second, "the slice as before "+when, func() (bool, error) {
+		var err error
+		now, err = d.sliceDevices()
+		return err == nil && reflect.DeepEqual(now, d.slice), err
+	})
 	if err != nil {
-		t.Fatal(err)
-	}
-	if !reflect.DeepEqual(now, d.slice) {
 		t.Errorf("%s: the slice changed:\nnow    %s\nbefore %s", when, attrsText(now), attrsText(d.slice))
+	} else if took := time.Since(start); took > 2*time.Second {
+		t.Logf("%s: the slice as before %s later (the driver's next scan)", when, took.Round(time.Second))
 	}
 }
+
+// draRescan is the chart's dra.rescan: how often the driver scans the NICs.
+const draRescan = 30 * time.Second
 
 // waitSliceOn waits for the driver to publish n devices for the node named
 // nodeName, and returns them.
@@ -848,8 +861,11 @@ func (d *draRig) pendingUntilFree(t *testing.T) {
 	createPod(t, draPod("dra-c", draTemplate2, 2, 3))
 	msg := waitPending(t, "dra-c", 20*time.Second)
 	t.Logf("dra-c waits: %s", msg)
+	freed := time.Now()
 	deletePod(t, "default", draConfPod, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
 	waitRunning(t, "default", "dra-c", 4*time.Minute)
+	t.Logf("dra-c Running %s after %s's deletion:\n%s", time.Since(freed).Round(time.Second), draConfPod, eventTimeline(t, "default", "dra-c", freed))
+	noPrepareRefused(t, "dra-c", draConfPod, freed)
 	c := d.holds(t, "dra-c", 2)
 	if !sameNICs(c, aNICs) {
 		t.Errorf("dra-c holds %s, want rdma-dra-0's former %s", nicsText(c), nicsText(aNICs))
@@ -859,6 +875,18 @@ func (d *draRig) pendingUntilFree(t *testing.T) {
 	}
 	recordGone(t, aUID)
 	d.sliceUnchanged(t, "dra-c holding rdma-dra-0's NICs")
+}
+
+// noPrepareRefused fails the test if the pod that waited for the NICs of
+// the pod deleted at freed had its Prepare refused since: the scheduler
+// gives it those NICs at once, and the driver's Prepare waits for them to
+// come home (--busy-wait) rather than refuse, which kubelet would retry
+// only at its next sync of the pod, 60 to 90 s later.
+func noPrepareRefused(t *testing.T, pod, freedBy string, freed time.Time) {
+	t.Helper()
+	if s := failedSince(t, "default", pod, "FailedPrepareDynamicResources", freed); s != "" {
+		t.Errorf("%s's Prepare was refused after %s's deletion, rather than waiting for its NICs to come home:\n%s", pod, freedBy, s)
+	}
 }
 
 // claimGone waits for the claim of that name in "default" to be deleted.
@@ -936,8 +964,11 @@ func (d *draRig) raceForLastNIC(t *testing.T) {
 		}
 		seen[n.PCI] = true
 	}
+	freed := time.Now()
 	deletePod(t, "default", winner, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
 	waitRunning(t, "default", loser, 4*time.Minute)
+	t.Logf("%s Running %s after %s's deletion:\n%s", loser, time.Since(freed).Round(time.Second), winner, eventTimeline(t, "default", loser, freed))
+	noPrepareRefused(t, loser, winner, freed)
 	d.holds(t, loser, 1)
 	deletePods(t, "default", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}, loser, "dra-one")
 	d.sliceUnchanged(t, "after the race")
@@ -1167,7 +1198,9 @@ func (d *draRig) attachAbsent(t *testing.T) {
 		time.Sleep(2 * time.Second)
 	}
 	restore()
+	back := time.Now()
 	waitRunning(t, "default", pod, 5*time.Minute)
+	t.Logf("%s Running %s after the binary was back:\n%s", pod, time.Since(back).Round(time.Second), eventTimeline(t, "default", pod, back.Add(-time.Minute)))
 	d.holds(t, pod, 1)
 	deletePod(t, "default", pod, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
 	waitNICsHome(t, nics)
@@ -1232,7 +1265,9 @@ func (d *draRig) driverAbsent(t *testing.T) {
 	d.holds(t, "dra-c", 2)
 	d.enable()
 	d.slice = d.waitSliceUnchanged(t)
+	back := time.Now()
 	waitRunning(t, "default", pod, 5*time.Minute)
+	t.Logf("%s Running %s after the slice was back:\n%s", pod, time.Since(back).Round(time.Second), eventTimeline(t, "default", pod, back))
 	d.holds(t, pod, 1)
 	deletePod(t, "default", pod, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
 }

@@ -497,6 +497,61 @@ func eventsOf(ctx context.Context, ns, name string) string {
 	return s
 }
 
+// eventTimeline lists the pod's events from since on, each with its
+// first and last time after since and its count: where a wait went.
+func eventTimeline(t *testing.T, ns, name string, since time.Time) string {
+	t.Helper()
+	list, err := cs.CoreV1().Events(ns).List(ctx(t), metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
+	if err != nil {
+		return err.Error()
+	}
+	slices.SortStableFunc(list.Items, func(a, b corev1.Event) int { return eventFirst(a).Compare(eventFirst(b)) })
+	s := ""
+	for _, e := range list.Items {
+		first, last := eventFirst(e), e.LastTimestamp.Time
+		if last.IsZero() {
+			last = first
+		}
+		if last.Before(since.Truncate(time.Second)) {
+			continue
+		}
+		msg := e.Message
+		if len(msg) > 160 {
+			msg = msg[:160] + "..."
+		}
+		s += fmt.Sprintf("  %+.0fs..%+.0fs x%d %s %s: %q\n", first.Sub(since).Seconds(), last.Sub(since).Seconds(), max(e.Count, 1), e.Reason, e.Source.Component, msg)
+	}
+	return s
+}
+
+// failedSince is the pod's events of that reason last seen at or after
+// since, as eventTimeline shows them (empty: none).
+func failedSince(t *testing.T, ns, name, reason string, since time.Time) string {
+	t.Helper()
+	list, err := cs.CoreV1().Events(ns).List(ctx(t), metav1.ListOptions{FieldSelector: "involvedObject.name=" + name + ",reason=" + reason})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := ""
+	for _, e := range list.Items {
+		last := e.LastTimestamp.Time
+		if last.IsZero() {
+			last = eventFirst(e)
+		}
+		if !last.Before(since.Truncate(time.Second)) {
+			s += fmt.Sprintf("  %+.0fs x%d %s: %s\n", last.Sub(since).Seconds(), max(e.Count, 1), e.Reason, e.Message)
+		}
+	}
+	return s
+}
+
+func eventFirst(e corev1.Event) time.Time {
+	if !e.FirstTimestamp.IsZero() {
+		return e.FirstTimestamp.Time
+	}
+	return e.EventTime.Time
+}
+
 // deletePod deletes the pod and waits until the API server no longer has it.
 func deletePod(t *testing.T, ns, name string, opts metav1.DeleteOptions) {
 	t.Helper()

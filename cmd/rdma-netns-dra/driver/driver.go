@@ -12,6 +12,7 @@ import (
 	"log"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/rdma-netns/rdma-netns/cmd/rdma-netns-dra/nics"
 	"github.com/rdma-netns/rdma-netns/cmd/rdma-netns-dra/slices"
@@ -37,12 +38,26 @@ type Driver struct {
 	Records drarecord.Dir
 	Scanner Scanner
 	Log     *log.Logger
+	// BusyWait is how long Prepare waits for a NIC that another claim's
+	// record still holds, or that is not back on the host yet, before it
+	// refuses the claim (0: at once). The scheduler gives a NIC to a new
+	// claim as soon as the old claim's pod is deleted, while the old pod's
+	// sandbox is still being torn down on the node; and kubelet tries a
+	// refused Prepare again only at its next resync of the pod, 60 to 90
+	// s later (kuberuntime's SyncPod returns no error for it), so a
+	// refusal there costs the new pod that long.
+	BusyWait time.Duration
 
-	// mu orders Prepare and Unprepare against each other: the helper
-	// serializes gRPC calls by default, but a refusal decided on a scan
-	// must not race a record being written for the same NIC.
+	// mu orders Prepare and Unprepare against each other: a refusal
+	// decided on a scan must not race a record being written for the same
+	// NIC. It is the only order: main turns the helper's serialization of
+	// gRPC calls off, so that an Unprepare runs while a Prepare waits for
+	// the NIC it releases.
 	mu sync.Mutex
 }
+
+// busyPoll is how often a waiting Prepare looks again.
+const busyPoll = 250 * time.Millisecond
 
 var _ kubeletplugin.DRAPlugin = (*Driver)(nil)
 
@@ -51,13 +66,54 @@ var _ kubeletplugin.DRAPlugin = (*Driver)(nil)
 // so no pod starts without the NICs it asked for, and it shows the error
 // in the pod's FailedPrepareDynamicResources event. So an error names
 // only what the claim's own pod may see.
+//
+// A claim whose NIC is busy (another claim's record holds it, or it is not
+// on the host) waits up to BusyWait, without the lock, for the NIC to be
+// released, then is refused.
 func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
+	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
+	until := d.busyDeadline(ctx)
+	mine := make(map[string]bool, len(claims))
+	for _, c := range claims {
+		mine[string(c.UID)] = true
+	}
+	start := time.Now()
+	for waited := false; ; waited = true {
+		claims = d.prepareRound(claims, mine, time.Now().Before(until), out)
+		if len(claims) == 0 {
+			if waited {
+				d.Log.Printf("prepare: done after waiting %s for busy NICs", time.Since(start).Round(time.Millisecond))
+			}
+			break
+		}
+		if !waited {
+			d.Log.Printf("prepare: %d claim(s) wait up to %s for their NICs to be released", len(claims), time.Until(until).Round(time.Second))
+		}
+		select {
+		case <-ctx.Done():
+			until = time.Time{}
+		case <-time.After(busyPoll):
+		}
+	}
+	return out, nil
+}
+
+// prepareRound prepares the claims under the lock and returns those to
+// try again: busy ones, while wait holds.
+func (d *Driver) prepareRound(claims []*resourceapi.ResourceClaim, mine map[string]bool, wait bool, out map[types.UID]kubeletplugin.PrepareResult) []*resourceapi.ResourceClaim {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
+	var again []*resourceapi.ResourceClaim
 	b := &batch{}
 	for _, c := range claims {
 		rec, err := d.prepare(c, b)
+		var busy *busyError
+		// A NIC held by a claim of this same call is not released by
+		// waiting: refused at once.
+		if wait && errors.As(err, &busy) && !mine[busy.holder] {
+			again = append(again, c)
+			continue
+		}
 		if err != nil {
 			d.Log.Printf("prepare: claim %s/%s (%s): refused: %v", c.Namespace, c.Name, c.UID, err)
 			out[c.UID] = kubeletplugin.PrepareResult{Err: err}
@@ -65,8 +121,28 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 		}
 		out[c.UID] = kubeletplugin.PrepareResult{Devices: result(rec)}
 	}
-	return out, nil
+	return again
 }
+
+// busyDeadline is when a busy claim stops waiting: BusyWait from now, and
+// a second before the caller's deadline (kubelet's is 45 s), so that the
+// refusal still reaches the pod's events.
+func (d *Driver) busyDeadline(ctx context.Context) time.Time {
+	until := time.Now().Add(d.BusyWait)
+	if dl, ok := ctx.Deadline(); ok && dl.Add(-time.Second).Before(until) {
+		until = dl.Add(-time.Second)
+	}
+	return until
+}
+
+// busyError is a refusal that may pass: the NIC is held by the claim
+// holder (empty: by no record, but not on the host).
+type busyError struct {
+	holder string
+	err    error
+}
+
+func (e *busyError) Error() string { return e.err.Error() }
 
 // batch is what one Prepare call learns once, on the first claim that
 // needs it, and shares among its claims.
@@ -178,12 +254,12 @@ func (d *Driver) prepare(c *resourceapi.ResourceClaim, b *batch) (*drarecord.Cla
 		if h := held.other(c.UID, r.Device, n.PCIAddress); h != nil {
 			d.Log.Printf("prepare: claim %s/%s (%s): device %s (request %q) is held by claim %q/%q (%s) of pod %q/%q (%s)", c.Namespace, c.Name, c.UID,
 				r.Device, r.Request, h.ClaimNamespace, h.ClaimName, h.ClaimUID, h.PodNamespace, h.PodName, h.PodUID)
-			return nil, fmt.Errorf("device %s (request %q) is held by another claim on this node; the pod cannot start until that claim is released (its pod gone), then the kubelet's next try prepares it",
-				r.Device, r.Request)
+			return nil, &busyError{h.ClaimUID, fmt.Errorf("device %s (request %q) is held by another claim on this node; the pod cannot start until that claim is released (its pod gone), then the kubelet's next try prepares it",
+				r.Device, r.Request)}
 		}
 		if !ok {
-			return nil, fmt.Errorf("device %s (request %q) is not in the host's network namespace: held by another pod's netns, or gone from the node; "+
-				"the pod cannot start until it is back on the host", r.Device, r.Request)
+			return nil, &busyError{"", fmt.Errorf("device %s (request %q) is not in the host's network namespace: held by another pod's netns, or gone from the node; "+
+				"the pod cannot start until it is back on the host", r.Device, r.Request)}
 		}
 		rec.Devices = append(rec.Devices, drarecord.Device{
 			Request: r.Request, Pool: r.Pool, Device: r.Device,

@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rdma-netns/rdma-netns/cmd/rdma-netns-dra/driver"
 	"github.com/rdma-netns/rdma-netns/cmd/rdma-netns-dra/internal/fakesys"
@@ -458,4 +459,108 @@ func TestPrepareRefusesTakenRDMAName(t *testing.T) {
 	if r := prepare(t, d, named("claim-n4", fakesys.VirtioDevice, "rdma_x")); r.Err == nil || !strings.Contains(r.Err.Error(), "taken on this node") {
 		t.Errorf("Prepare naming the device as another claim's pod names its own: %v", r.Err)
 	}
+}
+
+// The scheduler gives a NIC to a new claim once the old claim's pod is
+// deleted, while the node still tears that pod down: the new claim's
+// Prepare waits, without blocking the old claim's Unprepare, and records
+// the NIC once it is released. Without the wait (BusyWait 0) the same
+// Prepare is refused (TestPrepareRefusesNICRecordedEarlier), and kubelet
+// tries again only at its next resync of the pod.
+func TestPrepareWaitsForNICBeingReleased(t *testing.T) {
+	sys := fakesys.New(t)
+	dir := drarecord.Dir(t.TempDir())
+	d := newDriver(sys.Root, dir)
+	d.BusyWait = 10 * time.Second
+	holder := tenant("claim-a", result{drarecord.DriverName, "nics", fakesys.MlxDevice})
+	if r := prepare(t, d, holder); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	const release = 300 * time.Millisecond
+	unprepared := make(chan error, 1)
+	go func() {
+		time.Sleep(release)
+		out, err := d.UnprepareResourceClaims(context.Background(), []kubeletplugin.NamespacedObject{{UID: holder.UID}})
+		if err == nil {
+			err = out[holder.UID]
+		}
+		unprepared <- err
+	}()
+	start := time.Now()
+	r := prepare(t, d, claim("claim-b", []string{"pod-b"}, result{drarecord.DriverName, "nics", fakesys.MlxDevice}))
+	took := time.Since(start)
+	if err := <-unprepared; err != nil {
+		t.Fatalf("Unprepare of the holder while a Prepare waits: %v", err)
+	}
+	if r.Err != nil {
+		t.Fatalf("Prepare of a NIC released after %s: %v", release, r.Err)
+	}
+	if took < release || took > release+3*time.Second {
+		t.Errorf("Prepare returned after %s, want soon after the release at %s", took, release)
+	}
+	if files := recordFiles(t, dir); len(files) != 1 || filepath.Base(files[0]) != "claim-b.json" {
+		t.Errorf("records %v, want only claim-b's", files)
+	}
+}
+
+// A NIC that stays held is refused once BusyWait is over, or a second
+// before the caller's deadline when that comes first.
+func TestPrepareBusyWaitEnds(t *testing.T) {
+	sys := fakesys.New(t)
+	dir := drarecord.Dir(t.TempDir())
+	d := newDriver(sys.Root, dir)
+	holder := tenant("claim-a", result{drarecord.DriverName, "nics", fakesys.MlxDevice})
+	if r := prepare(t, d, holder); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	for _, c := range []struct {
+		name     string
+		busyWait time.Duration
+		deadline time.Duration
+		want     time.Duration
+	}{
+		{"BusyWait", 500 * time.Millisecond, 0, 500 * time.Millisecond},
+		{"caller's deadline", time.Minute, 1500 * time.Millisecond, 500 * time.Millisecond},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			d.BusyWait = c.busyWait
+			ctx := context.Background()
+			if c.deadline > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, c.deadline)
+				defer cancel()
+			}
+			start := time.Now()
+			nc := claim("claim-b", []string{"pod-b"}, result{drarecord.DriverName, "nics", fakesys.MlxDevice})
+			out, err := d.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{nc})
+			took := time.Since(start)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantHeldRefusal(t, out[nc.UID], "nics", fakesys.MlxDevice, holder)
+			if took < c.want || took > c.want+2*time.Second {
+				t.Errorf("refused after %s, want after about %s", took, c.want)
+			}
+		})
+	}
+}
+
+// Two claims of one call naming one NIC: waiting would not release it, so
+// the second is refused at once, whatever BusyWait says.
+func TestPrepareBatchDuplicateNotWaited(t *testing.T) {
+	sys := fakesys.New(t)
+	dir := drarecord.Dir(t.TempDir())
+	d := newDriver(sys.Root, dir)
+	d.BusyWait = time.Minute
+	first := tenant("claim-a", result{drarecord.DriverName, "nics", fakesys.MlxDevice})
+	second := claim("claim-b", []string{"pod-b"}, result{drarecord.DriverName, "nics", fakesys.MlxDevice})
+	start := time.Now()
+	out := prepareBatch(t, d, first, second)
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("the batch took %s: the duplicate waited", took)
+	}
+	if out[first.UID].Err != nil {
+		t.Fatalf("first claim: %v", out[first.UID].Err)
+	}
+	wantHeldRefusal(t, out[second.UID], "nics", fakesys.MlxDevice, first)
 }
