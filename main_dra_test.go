@@ -5,35 +5,39 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 
 	"github.com/containernetworking/plugins/pkg/testutils"
 
+	"github.com/rdma-netns/rdma-netns/pkg/config"
 	"github.com/rdma-netns/rdma-netns/pkg/drarecord"
 )
 
-// The binary reads the DRA driver's records only at drarecord.DefaultDir,
-// the node's directory, and nothing a caller passes moves it. runOnNode
-// gives it records there without touching the test machine's: it runs
-// this test binary in a private mount namespace, where TestMain mounts the
-// records (nodeRecords) and executes the plugin. These two variables are
-// read by the test binary alone, never by the plugin.
+// The binary reads the DRA driver's records only at drarecord.DefaultDir
+// and keeps its own at config.DefaultStateDir, the node's directories, and
+// nothing a caller passes moves them. runOnNode gives it directories there
+// without touching the test machine's: it runs this test binary in a
+// private mount namespace, where TestMain binds them (nodeDirs) and
+// executes the plugin. These variables are read by the test binary alone,
+// never by the plugin.
 const (
 	onNodeExec    = "RDMA_NETNS_TEST_ON_NODE_EXEC"
 	onNodeRecords = "RDMA_NETNS_TEST_ON_NODE_RECORDS"
+	onNodeState   = "RDMA_NETNS_TEST_ON_NODE_STATE"
 )
 
 func TestMain(m *testing.M) {
 	if bin := os.Getenv(onNodeExec); bin != "" {
-		if err := nodeRecords(os.Getenv(onNodeRecords)); err != nil {
+		if err := nodeDirs(map[string]string{drarecord.DefaultDir: os.Getenv(onNodeRecords), config.DefaultStateDir: os.Getenv(onNodeState)}); err != nil {
 			fmt.Fprintf(os.Stderr, "test helper: %v\n", err)
 			os.Exit(125)
 		}
 		var env []string
 		for _, kv := range os.Environ() {
-			if !strings.HasPrefix(kv, onNodeExec+"=") && !strings.HasPrefix(kv, onNodeRecords+"=") {
+			if !strings.HasPrefix(kv, onNodeExec+"=") && !strings.HasPrefix(kv, onNodeRecords+"=") && !strings.HasPrefix(kv, onNodeState+"=") {
 				env = append(env, kv)
 			}
 		}
@@ -44,45 +48,69 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// nodeRecords, in a mount namespace of its own, binds dir at
-// drarecord.DefaultDir. Where that directory does not exist, a tmpfs
-// over its nearest existing parent gives it a place: in this namespace
-// only, which / made private keeps from the host's.
-func nodeRecords(dir string) error {
+// nodeDirs, in a mount namespace of its own, binds each directory given
+// at its node path. Where a node path does not exist, a tmpfs over its
+// nearest existing parent gives it a place (once: a second path below
+// that parent is made in the same tmpfs), in this namespace only, which /
+// made private keeps from the host's.
+func nodeDirs(at map[string]string) error {
 	if err := syscall.Mount("", "/", "", syscall.MS_REC|syscall.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("making / private: %v", err)
 	}
-	if _, err := os.Stat(drarecord.DefaultDir); err != nil {
-		base := filepath.Dir(drarecord.DefaultDir)
+	var tmpfs []string
+	for target, dir := range at {
+		if dir == "" {
+			continue
+		}
+		if _, err := os.Stat(target); err == nil {
+			continue
+		}
+		base := filepath.Dir(target)
 		for {
 			if _, err := os.Stat(base); err == nil {
 				break
 			}
 			base = filepath.Dir(base)
 		}
-		if err := syscall.Mount("tmpfs", base, "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV, "mode=0755,size=1m"); err != nil {
-			return fmt.Errorf("tmpfs on %s: %v", base, err)
-		}
-		if err := os.MkdirAll(drarecord.DefaultDir, 0o700); err != nil {
-			return err
+		if !slices.ContainsFunc(tmpfs, func(m string) bool { return base == m || strings.HasPrefix(base, m+"/") }) {
+			if err := syscall.Mount("tmpfs", base, "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV, "mode=0755,size=1m"); err != nil {
+				return fmt.Errorf("tmpfs on %s: %v", base, err)
+			}
+			tmpfs = append(tmpfs, base)
 		}
 	}
-	if err := syscall.Mount(dir, drarecord.DefaultDir, "", syscall.MS_BIND, ""); err != nil {
-		return fmt.Errorf("binding %s at %s: %v", dir, drarecord.DefaultDir, err)
+	// Every node path again: a tmpfs mounted for one may hide another.
+	for target, dir := range at {
+		if dir == "" {
+			continue
+		}
+		if err := os.MkdirAll(target, 0o700); err != nil {
+			return err
+		}
+		if err := syscall.Mount(dir, target, "", syscall.MS_BIND, ""); err != nil {
+			return fmt.Errorf("binding %s at %s: %v", dir, target, err)
+		}
 	}
 	return nil
 }
 
-// runOnNode runs bin as run does, on a node whose DRA records are those
-// in records.
-func runOnNode(t *testing.T, bin, records string, env []string, stdin string) (stdout, stderr string, code int) {
+// onNode is what runOnNode gives the binary at the node's paths: the DRA
+// driver's records and the plugin's state directory (either may be "").
+type onNode struct{ records, state string }
+
+// runOnNode runs bin as run does, on a node whose DRA records and plugin
+// records are n's.
+func runOnNode(t *testing.T, bin string, n onNode, env []string, stdin string) (stdout, stderr string, code int) {
 	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for a mount namespace that gives the binary the node's directories")
+	}
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(self)
-	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), onNodeExec + "=" + bin, onNodeRecords + "=" + records}, env...)
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), onNodeExec + "=" + bin, onNodeRecords + "=" + n.records, onNodeState + "=" + n.state}, env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
 	return runCmd(t, cmd, stdin)
 }
@@ -94,6 +122,12 @@ func runOnNode(t *testing.T, bin, records string, env []string, stdin string) (s
 // on the machine may mount and unmount beside this one.)
 func hostUntouched(t *testing.T) {
 	t.Helper()
+	nodePaths := []string{drarecord.DefaultDir, config.DefaultStateDir}
+	under := func(mp string) bool {
+		return slices.ContainsFunc(nodePaths, func(p string) bool {
+			return mp == p || strings.HasPrefix(p, mp+"/") || strings.HasPrefix(mp, p+"/")
+		})
+	}
 	mounts := func() string {
 		b, err := os.ReadFile("/proc/self/mountinfo")
 		if err != nil {
@@ -102,21 +136,27 @@ func hostUntouched(t *testing.T) {
 		var at []string
 		for _, l := range strings.Split(string(b), "\n") {
 			// Field 5 is the mount point.
-			if f := strings.Fields(l); len(f) > 4 && f[4] != "/" &&
-				(f[4] == drarecord.DefaultDir || strings.HasPrefix(drarecord.DefaultDir, f[4]+"/") || strings.HasPrefix(f[4], drarecord.DefaultDir+"/")) {
+			if f := strings.Fields(l); len(f) > 4 && f[4] != "/" && under(f[4]) {
 				at = append(at, l)
 			}
 		}
 		return strings.Join(at, "\n")
 	}
-	exists := func(p string) bool { _, err := os.Stat(p); return err == nil }
-	before, cni, dir := mounts(), exists("/var/lib/cni"), exists(drarecord.DefaultDir)
+	exists := func() string {
+		s := ""
+		for _, p := range append([]string{"/var/lib/cni"}, nodePaths...) {
+			_, err := os.Stat(p)
+			s += fmt.Sprintf("%s:%v ", p, err == nil)
+		}
+		return s
+	}
+	before, there := mounts(), exists()
 	t.Cleanup(func() {
 		if after := mounts(); after != before {
-			t.Errorf("the test machine's mounts at %s or its parents changed:\nbefore\n%s\nafter\n%s", drarecord.DefaultDir, before, after)
+			t.Errorf("the test machine's mounts at %v or their parents changed:\nbefore\n%s\nafter\n%s", nodePaths, before, after)
 		}
-		if exists("/var/lib/cni") != cni || exists(drarecord.DefaultDir) != dir {
-			t.Errorf("/var/lib/cni or %s appeared or went on the test machine", drarecord.DefaultDir)
+		if now := exists(); now != there {
+			t.Errorf("the node directories on the test machine changed: before %s, after %s", there, now)
 		}
 	})
 }
@@ -162,8 +202,10 @@ func newDRABinaryEnv(t *testing.T) *draBinaryEnv {
 	tmp := t.TempDir()
 	e := &draBinaryEnv{bin: bin, tmp: tmp, cniPath: filepath.Join(tmp, "bin"), records: filepath.Join(tmp, "node-records"), netns: netns.Path()}
 	log := filepath.Join(tmp, "calls.log")
-	if err := os.Mkdir(e.cniPath, 0o755); err != nil {
-		t.Fatal(err)
+	for _, d := range []string{e.cniPath, e.node().state} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
 	fakePlugin(t, e.cniPath, "host-device", log, `{"cniVersion":"1.1.0","interfaces":[{"name":"net1","sandbox":"`+netns.Path()+`"}]}`)
 	fakePlugin(t, e.cniPath, "fake-ipam", log, "")
@@ -184,8 +226,12 @@ func newDRABinaryEnv(t *testing.T) *draBinaryEnv {
 
 // conf is the network, its "dra" object being dra.
 func (e *draBinaryEnv) conf(dra string) string {
-	return `{"cniVersion":"1.1.0","name":"rdma-dra","type":"rdma-netns","stateDir":"` + filepath.Join(e.tmp, "state") +
-		`","dra":` + dra + `,"ipam":{"type":"fake-ipam"}}`
+	return `{"cniVersion":"1.1.0","name":"rdma-dra","type":"rdma-netns","dra":` + dra + `,"ipam":{"type":"fake-ipam"}}`
+}
+
+// node is the node's directories the binary runs with.
+func (e *draBinaryEnv) node() onNode {
+	return onNode{records: e.records, state: filepath.Join(e.tmp, "state")}
 }
 
 func (e *draBinaryEnv) env(verb, ns string) []string {
@@ -204,7 +250,7 @@ func TestBinaryDRADelegates(t *testing.T) {
 	e := newDRABinaryEnv(t)
 	for _, dra := range []string{`{}`, `{"recordDir":"` + drarecord.DefaultDir + `"}`} {
 		conf := e.conf(dra)
-		out, errOut, code := runOnNode(t, e.bin, e.records, e.env("ADD", e.netns), conf)
+		out, errOut, code := runOnNode(t, e.bin, e.node(), e.env("ADD", e.netns), conf)
 		if code == 0 {
 			t.Fatalf("ADD of a NIC this node does not have succeeded: %s", out)
 		}
@@ -215,14 +261,14 @@ func TestBinaryDRADelegates(t *testing.T) {
 			t.Fatalf("dra %s: ADD ran %q (stdout %s, stderr %s); want host-device's ADD, then its DEL", dra, got, out, errOut)
 		}
 
-		if out, errOut, code := runOnNode(t, e.bin, e.records, e.env("DEL", e.netns), conf); code != 0 {
+		if out, errOut, code := runOnNode(t, e.bin, e.node(), e.env("DEL", e.netns), conf); code != 0 {
 			t.Fatalf("DEL: exit %d, %s %s", code, out, errOut)
 		}
 		if got := e.calls(); len(got) != 1 || !strings.HasPrefix(got[0], `host-device DEL net1 {"cniVersion":"1.1.0","name":"rdma-dra","type":"host-device","device":"net1"`) {
 			t.Fatalf("DEL ran %q, want host-device's DEL", got)
 		}
 
-		if out, errOut, code := runOnNode(t, e.bin, e.records, e.env("DEL", filepath.Join(e.tmp, "gone")), conf); code != 0 {
+		if out, errOut, code := runOnNode(t, e.bin, e.node(), e.env("DEL", filepath.Join(e.tmp, "gone")), conf); code != 0 {
 			t.Fatalf("DEL with the netns gone: exit %d, %s %s", code, out, errOut)
 		}
 		if got := e.calls(); len(got) != 1 || !strings.HasPrefix(got[0], `fake-ipam DEL net1 {"cniVersion":"1.1.0","name":"rdma-dra","type":"host-device"`) {
@@ -243,14 +289,14 @@ func TestBinaryDRANADRecordDirRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	conf := e.conf(`{"recordDir":"` + forged + `"}`)
-	out, errOut, code := runOnNode(t, e.bin, e.records, e.env("ADD", e.netns), conf)
+	out, errOut, code := runOnNode(t, e.bin, e.node(), e.env("ADD", e.netns), conf)
 	if got := e.calls(); got != nil {
 		t.Fatalf("ADD ran %q (exit %d, stdout %s, stderr %s); want no plugin run", got, code, out, errOut)
 	}
 	if code == 0 || !strings.Contains(out, "dra.recordDir") || !strings.Contains(out, drarecord.DefaultDir) || !strings.Contains(out, "nothing was changed") {
 		t.Fatalf("ADD: exit %d, stdout %s, stderr %s; want a refusal naming dra.recordDir and %s", code, out, errOut, drarecord.DefaultDir)
 	}
-	if out, errOut, code := runOnNode(t, e.bin, e.records, e.env("DEL", e.netns), conf); code != 0 {
+	if out, errOut, code := runOnNode(t, e.bin, e.node(), e.env("DEL", e.netns), conf); code != 0 {
 		t.Fatalf("DEL: exit %d, %s %s", code, out, errOut)
 	}
 }

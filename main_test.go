@@ -82,8 +82,10 @@ func TestBinaryAsCNIPlugin(t *testing.T) {
 	// A plugin run alone (no prevResult) fails ADD with the CNI error the
 	// runtime shows the user.
 	env := []string{"CNI_COMMAND=ADD", "CNI_CONTAINERID=c0ffee", "CNI_NETNS=/var/run/netns/nowhere", "CNI_IFNAME=net1", "CNI_PATH=/opt/cni/bin"}
-	conf := `{"cniVersion":"1.1.0","name":"rdma-net","type":"rdma-netns","stateDir":"` + t.TempDir() + `"}`
-	out, _, code = run(t, bin, env, conf)
+	conf := `{"cniVersion":"1.1.0","name":"rdma-net","type":"rdma-netns"}`
+	hostUntouched(t)
+	node := onNode{state: t.TempDir()}
+	out, _, code = runOnNode(t, bin, node, env, conf)
 	var cniErr struct {
 		Code uint   `json:"code"`
 		Msg  string `json:"msg"`
@@ -98,7 +100,7 @@ func TestBinaryAsCNIPlugin(t *testing.T) {
 	// DEL of something never attached, with the pod's netns already gone
 	// (empty CNI_NETNS), succeeds: the runtime retries DEL until it does.
 	del := []string{"CNI_COMMAND=DEL", "CNI_CONTAINERID=c0ffee", "CNI_NETNS=", "CNI_IFNAME=net1", "CNI_PATH=/opt/cni/bin"}
-	if out, errOut, code := run(t, bin, del, conf); code != 0 {
+	if out, errOut, code := runOnNode(t, bin, node, del, conf); code != 0 {
 		t.Errorf("DEL of nothing: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 }
@@ -110,14 +112,16 @@ func TestBinaryAsCNIPlugin(t *testing.T) {
 func TestBinaryNeverOpensAForeignLogFile(t *testing.T) {
 	bin := buildBinary(t)
 	target := filepath.Join(t.TempDir(), "ld.so.preload")
-	conf := `{"cniVersion":"1.1.0","name":"rdma-net","type":"rdma-netns","logFile":"` + target + `","stateDir":"` + t.TempDir() + `"}`
+	conf := `{"cniVersion":"1.1.0","name":"rdma-net","type":"rdma-netns","logFile":"` + target + `"}`
+	hostUntouched(t)
+	node := onNode{state: t.TempDir()}
 	add := []string{"CNI_COMMAND=ADD", "CNI_CONTAINERID=c0ffee", "CNI_NETNS=/var/run/netns/nowhere", "CNI_IFNAME=net1", "CNI_PATH=/opt/cni/bin"}
-	out, errOut, code := run(t, bin, add, conf)
+	out, errOut, code := runOnNode(t, bin, node, add, conf)
 	if code != 1 || !strings.Contains(out, "only in the node's directory /var/log/rdma-netns") || !strings.Contains(errOut, "ignored") {
 		t.Errorf("ADD: exit %d, stdout %q, stderr %q; want 1, the refusal, and stderr saying the file is ignored", code, out, errOut)
 	}
 	del := []string{"CNI_COMMAND=DEL", "CNI_CONTAINERID=c0ffee", "CNI_NETNS=", "CNI_IFNAME=net1", "CNI_PATH=/opt/cni/bin"}
-	if out, errOut, code := run(t, bin, del, conf); code != 0 {
+	if out, errOut, code := runOnNode(t, bin, node, del, conf); code != 0 {
 		t.Errorf("DEL: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 	if _, err := os.Stat(target); !os.IsNotExist(err) {

@@ -173,6 +173,7 @@ func TestChartSchemaRejects(t *testing.T) {
 		{"typo in serviceMonitor", values("exporter.serviceMonitor.label", map[string]any{"a": "b"}), []string{"serviceMonitor", "label"}},
 		{"port as a string", values("exporter.port", "9761"), []string{"port"}},
 		{"relative cniBinDir", values("cniBinDir", "opt/cni/bin"), []string{"cniBinDir"}},
+		{"stateDir the plugin never writes", values("stateDir", "/var/lib/rdma-records"), []string{"stateDir"}},
 		{"shm size not a quantity", values("nri.shmSize", "1GB"), []string{"shmSize"}},
 		{"shm cap keep", values("nri.maxShmSize", "keep"), []string{"maxShmSize"}},
 		{"RDMA node label without a value", values("rdmaNodeLabel", "feature.node.kubernetes.io/rdma.capable"), []string{"rdmaNodeLabel"}},

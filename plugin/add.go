@@ -44,8 +44,10 @@ func (c *call) add() error {
 	if err := c.conf.CheckSize(len(c.args.StdinData)); err != nil {
 		return types.NewError(types.ErrInvalidNetworkConfig, err.Error(), "")
 	}
-	if err := c.nadLogFile(); err != nil {
-		return types.NewError(types.ErrInvalidNetworkConfig, err.Error(), "")
+	for _, refuse := range []func() error{c.nadLogFile, c.nadStateDir} {
+		if err := refuse(); err != nil {
+			return types.NewError(types.ErrInvalidNetworkConfig, err.Error(), "")
+		}
 	}
 	switch {
 	case c.conf.DRA != nil && c.conf.PrevResultJSON != nil && string(c.conf.PrevResultJSON) != "null":

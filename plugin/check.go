@@ -31,8 +31,10 @@ func (c *call) check() error {
 	if err := c.key().ValidateRuntime(); err != nil {
 		return types.NewError(types.ErrInvalidEnvironmentVariables, err.Error(), "")
 	}
-	if err := c.nadLogFile(); err != nil {
-		c.log.Warnf("%v", err)
+	for _, refuse := range []func() error{c.nadLogFile, c.nadStateDir} {
+		if err := refuse(); err != nil {
+			c.log.Warnf("%v", err)
+		}
 	}
 	if c.conf.DRA != nil {
 		if err := c.nadRecordDir(); err != nil {
@@ -55,7 +57,7 @@ func (c *call) check() error {
 	if _, err := podNetdev(c.conf.Result, c.args.IfName); err != nil {
 		return err
 	}
-	st, err := state.New(c.conf.StateDir)
+	st, err := state.New(c.p.stateDir())
 	if err != nil {
 		return err
 	}

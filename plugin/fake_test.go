@@ -583,6 +583,7 @@ func newEnv(t *testing.T) *env {
 		Sysfs:       rdmadev.Sysfs{Root: tr.Root},
 		LockTimeout: 5 * time.Second,
 		NewLogger:   func(*config.NetConf, *skel.CmdArgs) *logging.Logger { return logging.NewWriter(e.log, "debug") },
+		StateDir:    e.stateDir,
 	}
 	return e
 }

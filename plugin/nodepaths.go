@@ -34,3 +34,18 @@ func (c *call) nadLogFile() error {
 	return fmt.Errorf("network %s sets logFile %s, but rdma-netns writes log files only in the node's directory %s: name a file there (%s/rdma-netns.log), or remove \"logFile\"; nothing was changed",
 		config.Quote(c.conf.Name), config.Quote(c.conf.LogFile), logging.Dir, logging.Dir)
 }
+
+// nadStateDir refuses a network whose stateDir is not the node's: the
+// plugin writes its records as root, and a NAD author who could name the
+// directory would have it create files in any directory of the node. The
+// NAD's stateDir is never used (openStore takes the node's); ADD refuses
+// the network so that its author learns why, while DEL and the other verbs
+// run on with the node's records. One naming the node's directory is
+// accepted, as NADs written before the key was refused set it.
+func (c *call) nadStateDir() error {
+	if !c.conf.ForeignStateDir() {
+		return nil
+	}
+	return fmt.Errorf("network %s sets stateDir %s, but rdma-netns keeps its records only in the node's directory %s, which the exporter and the doctor read; remove \"stateDir\" from the network; nothing was changed",
+		config.Quote(c.conf.Name), config.Quote(c.conf.StateDir), config.DefaultStateDir)
+}

@@ -88,6 +88,18 @@ type Plugin struct {
 	// it: the records say which NICs are a pod's, so no runtime, NAD or
 	// pod input chooses where they are read.
 	DRARecordDir string
+	// StateDir is where the plugin keeps its records; "" means
+	// config.DefaultStateDir, the node's directory. Only tests set it: the
+	// plugin runs as root, so no NAD chooses where it writes.
+	StateDir string
+}
+
+// stateDir is the node's record directory.
+func (p *Plugin) stateDir() string {
+	if p.StateDir != "" {
+		return p.StateDir
+	}
+	return config.DefaultStateDir
 }
 
 // New returns the plugin wired to the running kernel.
@@ -170,9 +182,9 @@ func (c *call) key() state.Key {
 // lockNode while they read the records and decide, lockDevice while they
 // move a device and write its record.
 func (c *call) openStore() error {
-	st, err := state.New(c.conf.StateDir)
+	st, err := state.New(c.p.stateDir())
 	if err != nil {
-		return fmt.Errorf("cannot use state directory %s: %v; check stateDir and that the directory is writable by the runtime", c.conf.StateDir, err)
+		return fmt.Errorf("cannot use the state directory %s: %v; check that it is a directory the runtime (root) can write", c.p.stateDir(), err)
 	}
 	c.store = st
 	return nil

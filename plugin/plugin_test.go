@@ -65,7 +65,6 @@ func (e *env) netconf(p pod, version string, extra map[string]any) []byte {
 		"cniVersion": version,
 		"name":       "rdma-net",
 		"type":       "rdma-netns",
-		"stateDir":   e.stateDir,
 		"prevResult": map[string]any{
 			"cniVersion": version,
 			"interfaces": []map[string]any{{"name": p.ifName, "sandbox": p.path(), "mac": "02:00:00:00:00:01"}},
@@ -336,6 +335,7 @@ func TestAddRefusals(t *testing.T) {
 		{name: "traversal in deviceID", extra: map[string]any{"deviceID": "../../etc"}, want: []string{"deviceID", "not a PCI address"}},
 		{name: "unsupported version", extra: map[string]any{"cniVersion": "0.2.0"}, want: []string{"0.2.0", "not supported"}},
 		{name: "relative stateDir", extra: map[string]any{"stateDir": "state"}, want: []string{"stateDir", "absolute"}},
+		{name: "stateDir of the network's own", extra: map[string]any{"stateDir": "/etc/cron.d"}, want: []string{"stateDir", `"/etc/cron.d"`, config.DefaultStateDir, "nothing was changed"}},
 		{name: "bad log level", extra: map[string]any{"logLevel": "loud"}, want: []string{"logLevel"}},
 		{name: "tos out of range", extra: map[string]any{"rdmaQoS": map[string]any{"tos": 300}}, want: []string{"rdmaQoS.tos", "0-255"}},
 		{name: "move fails", setup: func(e *env, _ pod) { e.kernel.failMoveIn = errors.New("operation not supported") }, want: []string{"operation not supported"}},
@@ -846,4 +846,40 @@ func TestAddRefusesForeignLogFile(t *testing.T) {
 		t.Fatalf("DEL of a network with a foreign logFile: %v", err)
 	}
 	e.wantWhere("rxe1", "host")
+}
+
+// A NAD's stateDir never chooses where the plugin, as root, writes: ADD
+// refuses one that is not the node's directory (nothing moves, no record
+// anywhere), accepts the node's own spelled out, and a DEL of a network
+// that names another directory still undoes the attachment from the
+// node's records.
+func TestAddRefusesForeignStateDir(t *testing.T) {
+	e := newEnv(t)
+	p := e.newPod("c1", "net1", "virtio", "virtio1")
+	elsewhere := t.TempDir()
+	for _, d := range []string{elsewhere, "/etc/cron.d", config.DefaultStateDir + "/../../etc"} {
+		_, err := e.add(p, e.netconf(p, "1.1.0", map[string]any{"stateDir": d}), "")
+		wantErr(t, err, "sets stateDir "+config.Quote(d), "only in the node's directory "+config.DefaultStateDir, "nothing was changed")
+		e.wantWhere("rxe1", "host")
+		if recs := e.records(); len(recs) != 0 {
+			t.Fatalf("stateDir %q: records %+v after the refusal", d, recs)
+		}
+	}
+	if entries, _ := os.ReadDir(elsewhere); len(entries) != 0 {
+		t.Fatalf("the network's stateDir %s got %d entries", elsewhere, len(entries))
+	}
+	if _, err := e.add(p, e.netconf(p, "1.1.0", map[string]any{"stateDir": config.DefaultStateDir + "/"}), ""); err != nil {
+		t.Fatalf("ADD naming the node's own directory: %v", err)
+	}
+	e.wantWhere("rxe1", p.path())
+	if recs := e.records(); len(recs) != 1 {
+		t.Fatalf("records %+v, want the attachment's in the node's directory", recs)
+	}
+	if err := e.del(p, e.netconf(p, "1.1.0", map[string]any{"stateDir": elsewhere})); err != nil {
+		t.Fatalf("DEL of a network with a foreign stateDir: %v", err)
+	}
+	e.wantWhere("rxe1", "host")
+	if recs := e.records(); len(recs) != 0 {
+		t.Fatalf("records %+v left after DEL", recs)
+	}
 }

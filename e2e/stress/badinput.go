@@ -33,7 +33,7 @@ func (a snapshot) equal(b snapshot) bool {
 // badInput feeds hostile or broken input to ADD and DEL. Each must fail
 // with a clear message (no panic, no empty error) and change nothing.
 func badInput(n, other rig.NIC) {
-	a, err := newAttachment(n, "bad-input", nil, "")
+	a, err := newAttachment(n, "bad-input", nil)
 	if err != nil {
 		failf("bad input: %v", err)
 		return
@@ -98,7 +98,10 @@ func badInput(n, other rig.NIC) {
 		{"deviceID of an absent PCI function", withConf(map[string]any{"deviceID": "0000:ff:1f.7"}), true},
 		{"stateDir relative", withConf(map[string]any{"stateDir": "state"}), false},
 		{"stateDir with NUL", withConf(map[string]any{"stateDir": "/tmp/\x00x"}), false},
-		{"stateDir is a regular file", withConf(map[string]any{"stateDir": regular}), false},
+		// A stateDir other than the node's fails ADD; DEL keeps to the
+		// node's records and never writes where the network says.
+		{"stateDir is a regular file", withConf(map[string]any{"stateDir": regular}), true},
+		{"stateDir /etc", withConf(map[string]any{"stateDir": "/etc"}), true},
 		// What the pod wrote fails ADD only: DEL never fails on it.
 		{"CNI_ARGS rdmaDevice=../x", withEnv("CNI_ARGS", "IgnoreUnknown=1;rdmaDevice=../x"), true},
 		{"CNI_ARGS without =", withEnv("CNI_ARGS", "garbage"), true},

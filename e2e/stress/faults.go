@@ -105,7 +105,7 @@ type attachment struct {
 	inPod string
 }
 
-func newAttachment(n rig.NIC, id string, extra map[string]any, stateDir string) (*attachment, error) {
+func newAttachment(n rig.NIC, id string, extra map[string]any) (*attachment, error) {
 	pod, err := rig.NewPod()
 	if err != nil {
 		return nil, err
@@ -116,9 +116,6 @@ func newAttachment(n rig.NIC, id string, extra map[string]any, stateDir string) 
 	}
 	if extra == nil {
 		extra = map[string]any{}
-	}
-	if stateDir != "" {
-		extra["stateDir"] = stateDir
 	}
 	a := &attachment{nic: n, pod: pod, inPod: n.RDMA,
 		add: rig.Call{Verb: "ADD", ContainerID: id, Netns: pod.Path(), IfName: n.Netdev,
@@ -165,7 +162,7 @@ func (a *attachment) close() {
 // DEL after a killed ADD), and checks the end state each time.
 func killRounds(nics []rig.NIC, rng *rand.Rand) {
 	// Calibrate the delay range on this machine: an unkilled ADD and DEL.
-	a, err := newAttachment(nics[0], "kill-calibrate", nil, "")
+	a, err := newAttachment(nics[0], "kill-calibrate", nil)
 	if err != nil {
 		failf("kill: %v", err)
 		return
@@ -188,7 +185,7 @@ func killRounds(nics []rig.NIC, rng *rand.Rand) {
 		if k%2 == 1 {
 			extra = map[string]any{"rdmaDevName": fmt.Sprintf("killed%d", k%len(nics))}
 		}
-		a, err := newAttachment(n, fmt.Sprintf("kill-%d", k), extra, "")
+		a, err := newAttachment(n, fmt.Sprintf("kill-%d", k), extra)
 		if err != nil {
 			failf("kill %d: %v", k, err)
 			return
@@ -265,7 +262,7 @@ func corruptState(n, other rig.NIC) {
 	}
 	for gi, g := range garbage {
 		fault("corrupt state file")
-		a, err := newAttachment(n, fmt.Sprintf("corrupt-%d", gi), nil, "")
+		a, err := newAttachment(n, fmt.Sprintf("corrupt-%d", gi), nil)
 		if err != nil {
 			failf("corrupt: %v", err)
 			return
@@ -286,7 +283,7 @@ func corruptState(n, other rig.NIC) {
 		os.WriteFile(path, g.f(data), 0o600)
 
 		// Another pod's ADD while the node has an unreadable record.
-		b, err := newAttachment(other, fmt.Sprintf("corrupt-other-%d", gi), nil, "")
+		b, err := newAttachment(other, fmt.Sprintf("corrupt-other-%d", gi), nil)
 		if err != nil {
 			failf("corrupt: %v", err)
 			return
@@ -337,10 +334,12 @@ func mount(args ...string) error {
 // unwritableState runs ADD against a state directory that cannot be
 // written: read-only from the start (nothing may change), and one that has
 // room for the "moving" record but not for the "attached" one, so the
-// device has moved when the write fails and must be moved back.
+// device has moved when the write fails and must be moved back. Each is a
+// tmpfs over the node's state directory (the plugin's only one), the
+// node's records hidden below it meanwhile.
 func unwritableState(n rig.NIC) {
 	// Read-only.
-	dir := "/run/stress-state-ro"
+	dir := rig.StateDir
 	os.MkdirAll(dir, 0o700)
 	if err := mount("-t", "tmpfs", "-o", "mode=0700", "tmpfs", dir); err != nil {
 		failf("%v", err)
@@ -352,7 +351,7 @@ func unwritableState(n rig.NIC) {
 		if rename {
 			extra = map[string]any{"rdmaDevName": "rostate0"}
 		}
-		a, err := newAttachment(n, "ro-state", extra, dir)
+		a, err := newAttachment(n, "ro-state", extra)
 		if err != nil {
 			failf("ro: %v", err)
 			return
@@ -394,8 +393,7 @@ func unwritableState(n rig.NIC) {
 	// the device's (the same): 6 inodes. A renamed device's record is
 	// written before the move too (7), and the rewrite after the move finds
 	// no room. A plain move writes its record only after the move.
-	full := "/run/stress-state-full"
-	os.MkdirAll(full, 0o700)
+	full := rig.StateDir
 	for _, rename := range []bool{false, true} {
 		inodes := 6
 		if rename {
@@ -410,7 +408,7 @@ func unwritableState(n rig.NIC) {
 		if rename {
 			extra = map[string]any{"rdmaDevName": "fullstate0"}
 		}
-		a, err := newAttachment(n, "full-state", extra, full)
+		a, err := newAttachment(n, "full-state", extra)
 		if err != nil {
 			failf("full: %v", err)
 			exec.Command("umount", full).Run()

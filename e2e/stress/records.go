@@ -79,7 +79,7 @@ func bootSandbox(n rig.NIC, r, i int, age string) (*attachment, error) {
 	if i == 0 {
 		extra = map[string]any{"rdmaDevName": fmt.Sprintf("boot%d", r)}
 	}
-	return newAttachment(n, fmt.Sprintf("boot-%d-%d-%s", r, i, age), extra, "")
+	return newAttachment(n, fmt.Sprintf("boot-%d-%d-%s", r, i, age), extra)
 }
 
 // wipedState: the state directory is wiped while pods hold their devices
@@ -88,7 +88,7 @@ func wipedState(nics []rig.NIC) {
 	fault("state directory wiped while pods hold devices")
 	var as []*attachment
 	for i, n := range nics {
-		a, err := newAttachment(n, fmt.Sprintf("wiped-%d", i), nil, "")
+		a, err := newAttachment(n, fmt.Sprintf("wiped-%d", i), nil)
 		if err != nil {
 			failf("wiped: %v", err)
 			return

@@ -104,6 +104,9 @@ type NetConf struct {
 	// IPAM is passed as it is to host-device in dra mode.
 	IPAM json.RawMessage `json:"ipam,omitempty"`
 
+	// StateDir is never used: the records are written in the node's
+	// directory (DefaultStateDir). A network that names another is
+	// refused at ADD (ForeignStateDir).
 	StateDir string `json:"stateDir,omitempty"`
 	LogFile  string `json:"logFile,omitempty"`
 	LogLevel string `json:"logLevel,omitempty"`
@@ -165,6 +168,13 @@ type DRA struct {
 // ADD refuses such a network.
 func (d *DRA) ForeignRecordDir() bool {
 	return d != nil && d.RecordDir != "" && filepath.Clean(d.RecordDir) != drarecord.DefaultDir
+}
+
+// ForeignStateDir reports whether the network's stateDir names a
+// directory other than the node's (DefaultStateDir): the plugin writes its
+// records only there, and ADD refuses the network.
+func (c *NetConf) ForeignStateDir() bool {
+	return c.StateDir != "" && filepath.Clean(c.StateDir) != DefaultStateDir
 }
 
 // ForeignLogFile reports whether the network's logFile names a file
@@ -298,9 +308,6 @@ func ParseSettings(stdin []byte, cniArgs string) (*NetConf, error) {
 	conf := &NetConf{}
 	if err := json.Unmarshal(stdin, conf); err != nil {
 		return nil, fmt.Errorf("failed to parse network configuration: %v", err)
-	}
-	if conf.StateDir == "" {
-		conf.StateDir = DefaultStateDir
 	}
 	// CNI_ARGS carries what the pod asked for: a malformed entry fails
 	// ADD (PodRequest) and nothing else.

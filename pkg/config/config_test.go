@@ -71,8 +71,8 @@ func TestParseDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.StateDir != DefaultStateDir {
-		t.Errorf("StateDir = %q, want %q", c.StateDir, DefaultStateDir)
+	if c.StateDir != "" || c.ForeignStateDir() {
+		t.Errorf("StateDir = %q (foreign %v), want none: the node's directory is the plugin's, not the network's", c.StateDir, c.ForeignStateDir())
 	}
 	if c.Result != nil {
 		t.Errorf("Result = %+v without a prevResult, want nil", c.Result)
@@ -656,5 +656,25 @@ func TestPinDRA(t *testing.T) {
 	c.PinDRA("0000:00:05.0", "the pod's claim")
 	if got := c.NetworkDeviceID(); got != (Source{"0000:00:05.0", "the pod's claim"}) {
 		t.Fatalf("NetworkDeviceID = %+v", got)
+	}
+}
+
+// A network's stateDir is foreign unless it names the node's directory,
+// however spelled.
+func TestForeignStateDir(t *testing.T) {
+	for dir, want := range map[string]bool{
+		"":                            false,
+		DefaultStateDir:               false,
+		DefaultStateDir + "/":         false,
+		DefaultStateDir + "/./":       false,
+		"/etc/cron.d":                 true,
+		DefaultStateDir + "/sub":      true,
+		DefaultStateDir + "/../x":     true,
+		"/var/lib/cni/rdma-netns-dra": true,
+	} {
+		c := &NetConf{StateDir: dir}
+		if got := c.ForeignStateDir(); got != want {
+			t.Errorf("stateDir %q: foreign %v, want %v", dir, got, want)
+		}
 	}
 }

@@ -30,6 +30,7 @@ func nadChecks(in io.Reader, fs *Findings) *NADsView {
 			fs.tenancy(n, pos, n.confs[i])
 			fs.draRecordDir(n, n.confs[i])
 			fs.logFile(n, n.confs[i])
+			fs.stateDir(n, n.confs[i])
 		}
 	}
 	uses := nameUses(nads)

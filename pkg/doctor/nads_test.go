@@ -473,3 +473,23 @@ func TestDoctorNadsDispatch(t *testing.T) {
 		t.Errorf("doctor nads --help = %d, %q", code, stderr.String())
 	}
 }
+
+func TestNADsStateDir(t *testing.T) {
+	withState := func(d string) map[string]any {
+		return rdma(t, exampleConfig(t, "nad-host-device.yaml"), map[string]any{"stateDir": d})
+	}
+	items := []map[string]any{
+		nadItem(t, "ml", "node-dir", "", withState("/var/lib/cni/rdma-netns")),
+		nadItem(t, "team-b", "cron", "", withState("/etc/cron.d")),
+	}
+	r := CheckNADs(strings.NewReader(listJSON(t, items...)))
+	checkFindings(t, r, []wantFinding{
+		{Fail, "state-dir", "team-b/cron", []string{`sets stateDir "/etc/cron.d"`, "every pod that attaches it fails ADD",
+			"only in the node's directory /var/lib/cni/rdma-netns", `fix: remove "stateDir"`, "(kubectl edit network-attachment-definitions -n team-b cron)"}},
+	})
+	for _, f := range r.Findings {
+		if f.Subject == "ml/node-dir" && f.Check == "state-dir" {
+			t.Errorf("the node's own directory reported: %+v", f)
+		}
+	}
+}

@@ -84,6 +84,18 @@ func (fs *Findings) logFile(n *parsedNAD, c *config.NetConf) {
 		fmt.Sprintf(`name a file in %s in its rdma-netns entry's "logFile", or remove the key`, logging.Dir)+editCommand(n.ref))
 }
 
+// stateDir names a NAD whose stateDir is not the node's: rdma-netns
+// refuses it, since the plugin runs as root and would create its records
+// in whatever directory the NAD named.
+func (fs *Findings) stateDir(n *parsedNAD, c *config.NetConf) {
+	if !c.ForeignStateDir() {
+		return
+	}
+	fs.add(Fail, "state-dir", n.ref.String(), fmt.Sprintf("the rdma-netns entry sets stateDir %s, so every pod that attaches it fails ADD: rdma-netns keeps its records only in the node's directory %s (it runs as root, and a network must not choose where on the node it writes)",
+		config.Quote(c.StateDir), config.DefaultStateDir),
+		`remove "stateDir" from its rdma-netns entry`+editCommand(n.ref))
+}
+
 // draRecordDir names a NAD whose "dra" sets a record directory other than
 // the node's: rdma-netns refuses it, since a NAD that chose where the
 // records are read could write one naming any NIC of the node.
