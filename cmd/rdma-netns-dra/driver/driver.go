@@ -110,11 +110,16 @@ func (d *Driver) prepareRound(claims []*resourceapi.ResourceClaim, mine map[stri
 		var busy *busyError
 		// A NIC held by a claim of this same call is not released by
 		// waiting: refused at once.
-		if wait && errors.As(err, &busy) && !mine[busy.holder] {
+		if wait && errors.As(err, &busy) && !mine[busy.holderUID()] {
 			again = append(again, c)
 			continue
 		}
 		if err != nil {
+			if errors.As(err, &busy) && busy.holder != nil {
+				h := busy.holder
+				d.Log.Printf("prepare: claim %s/%s (%s): its NIC is held by claim %q/%q (%s) of pod %q/%q (%s)", c.Namespace, c.Name, c.UID,
+					h.ClaimNamespace, h.ClaimName, h.ClaimUID, h.PodNamespace, h.PodName, h.PodUID)
+			}
 			d.Log.Printf("prepare: claim %s/%s (%s): refused: %v", c.Namespace, c.Name, c.UID, err)
 			out[c.UID] = kubeletplugin.PrepareResult{Err: err}
 			continue
@@ -136,13 +141,21 @@ func (d *Driver) busyDeadline(ctx context.Context) time.Time {
 }
 
 // busyError is a refusal that may pass: the NIC is held by the claim
-// holder (empty: by no record, but not on the host).
+// whose record is holder (nil: by no record, but not on the host).
 type busyError struct {
-	holder string
+	holder *drarecord.Claim
 	err    error
 }
 
 func (e *busyError) Error() string { return e.err.Error() }
+
+// holderUID is the holding claim's UID, "" when no record holds the NIC.
+func (e *busyError) holderUID() string {
+	if e.holder == nil {
+		return ""
+	}
+	return e.holder.ClaimUID
+}
 
 // batch is what one Prepare call learns once, on the first claim that
 // needs it, and shares among its claims.
@@ -252,13 +265,13 @@ func (d *Driver) prepare(c *resourceapi.ResourceClaim, b *batch) (*drarecord.Cla
 		// still recorded keeps it until Unprepare, even while the NIC is
 		// on the host (its pod's sandbox not started yet).
 		if h := held.other(c.UID, r.Device, n.PCIAddress); h != nil {
-			d.Log.Printf("prepare: claim %s/%s (%s): device %s (request %q) is held by claim %q/%q (%s) of pod %q/%q (%s)", c.Namespace, c.Name, c.UID,
-				r.Device, r.Request, h.ClaimNamespace, h.ClaimName, h.ClaimUID, h.PodNamespace, h.PodName, h.PodUID)
-			return nil, &busyError{h.ClaimUID, fmt.Errorf("device %s (request %q) is held by another claim on this node; the pod cannot start until that claim is released (its pod gone), then the kubelet's next try prepares it",
+			// The holder is named in the driver's log only (busyError's
+			// holder, logged with the refusal), never in the pod's event.
+			return nil, &busyError{h, fmt.Errorf("device %s (request %q) is held by another claim on this node; the pod cannot start until that claim is released (its pod gone), then the kubelet's next try prepares it",
 				r.Device, r.Request)}
 		}
 		if !ok {
-			return nil, &busyError{"", fmt.Errorf("device %s (request %q) is not in the host's network namespace: held by another pod's netns, or gone from the node; "+
+			return nil, &busyError{nil, fmt.Errorf("device %s (request %q) is not in the host's network namespace: held by another pod's netns, or gone from the node; "+
 				"the pod cannot start until it is back on the host", r.Device, r.Request)}
 		}
 		rec.Devices = append(rec.Devices, drarecord.Device{
