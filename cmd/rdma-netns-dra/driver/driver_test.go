@@ -564,3 +564,27 @@ func TestPrepareBatchDuplicateNotWaited(t *testing.T) {
 	}
 	wantHeldRefusal(t, out[second.UID], "nics", fakesys.MlxDevice, first)
 }
+
+// A Prepare that waits for a held NIC and is then refused names the
+// holding claim in the driver's log once, with its refusal, not once per
+// look during the wait; the pod's error still names none of it.
+func TestPrepareBusyLogsHolderOnce(t *testing.T) {
+	sys := fakesys.New(t)
+	dir := drarecord.Dir(t.TempDir())
+	var logged strings.Builder
+	d := &driver.Driver{Records: dir, Scanner: nics.Scanner{Root: sys.Root}, Log: log.New(&logged, "", 0), BusyWait: 800 * time.Millisecond}
+	holder := tenant("claim-a", result{drarecord.DriverName, "nics", fakesys.MlxDevice})
+	if r := prepare(t, d, holder); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	wantHeldRefusal(t, prepare(t, d, claim("claim-b", []string{"pod-b"}, result{drarecord.DriverName, "nics", fakesys.MlxDevice})), "nics", fakesys.MlxDevice, holder)
+	out := logged.String()
+	if n := strings.Count(out, `held by claim "tenant-a"/"secret-claim"`); n != 1 {
+		t.Errorf("the holder is named %d times in the log, want once:\n%s", n, out)
+	}
+	for _, want := range []string{"wait up to", "refused:"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the log does not say %q:\n%s", want, out)
+		}
+	}
+}
