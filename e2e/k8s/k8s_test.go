@@ -501,48 +501,60 @@ func eventsOf(ctx context.Context, ns, name string) string {
 // first and last time after since and its count: where a wait went.
 func eventTimeline(t *testing.T, ns, name string, since time.Time) string {
 	t.Helper()
-	list, err := cs.CoreV1().Events(ns).List(ctx(t), metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
+	evs, err := eventsSince(t, ns, name, "", since)
 	if err != nil {
 		return err.Error()
 	}
-	slices.SortStableFunc(list.Items, func(a, b corev1.Event) int { return eventFirst(a).Compare(eventFirst(b)) })
-	s := ""
-	for _, e := range list.Items {
-		first, last := eventFirst(e), e.LastTimestamp.Time
-		if last.IsZero() {
-			last = first
-		}
-		if last.Before(since.Truncate(time.Second)) {
-			continue
-		}
-		msg := e.Message
-		if len(msg) > 160 {
-			msg = msg[:160] + "..."
-		}
-		s += fmt.Sprintf("  %+.0fs..%+.0fs x%d %s %s: %q\n", first.Sub(since).Seconds(), last.Sub(since).Seconds(), max(e.Count, 1), e.Reason, e.Source.Component, msg)
-	}
-	return s
+	return timelineText(evs, since)
 }
 
 // failedSince is the pod's events of that reason last seen at or after
 // since, as eventTimeline shows them (empty: none).
 func failedSince(t *testing.T, ns, name, reason string, since time.Time) string {
 	t.Helper()
-	list, err := cs.CoreV1().Events(ns).List(ctx(t), metav1.ListOptions{FieldSelector: "involvedObject.name=" + name + ",reason=" + reason})
+	evs, err := eventsSince(t, ns, name, reason, since)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return timelineText(evs, since)
+}
+
+// eventsSince is the pod's events (of reason, unless "") last seen at or
+// after since, the first seen first.
+func eventsSince(t *testing.T, ns, name, reason string, since time.Time) ([]corev1.Event, error) {
+	t.Helper()
+	sel := "involvedObject.name=" + name
+	if reason != "" {
+		sel += ",reason=" + reason
+	}
+	list, err := cs.CoreV1().Events(ns).List(ctx(t), metav1.ListOptions{FieldSelector: sel})
+	if err != nil {
+		return nil, err
+	}
+	evs := slices.DeleteFunc(list.Items, func(e corev1.Event) bool { return eventLast(e).Before(since.Truncate(time.Second)) })
+	slices.SortStableFunc(evs, func(a, b corev1.Event) int { return eventFirst(a).Compare(eventFirst(b)) })
+	return evs, nil
+}
+
+func timelineText(evs []corev1.Event, since time.Time) string {
 	s := ""
-	for _, e := range list.Items {
-		last := e.LastTimestamp.Time
-		if last.IsZero() {
-			last = eventFirst(e)
+	for _, e := range evs {
+		msg := e.Message
+		if len(msg) > 160 {
+			msg = msg[:160] + "..."
 		}
-		if !last.Before(since.Truncate(time.Second)) {
-			s += fmt.Sprintf("  %+.0fs x%d %s: %s\n", last.Sub(since).Seconds(), max(e.Count, 1), e.Reason, e.Message)
-		}
+		s += fmt.Sprintf("  %+.0fs..%+.0fs x%d %s %s: %q\n", eventFirst(e).Sub(since).Seconds(), eventLast(e).Sub(since).Seconds(), max(e.Count, 1), e.Reason, e.Source.Component, msg)
 	}
 	return s
+}
+
+// eventLast is when the event was last seen (its first time for one
+// seen once).
+func eventLast(e corev1.Event) time.Time {
+	if !e.LastTimestamp.IsZero() {
+		return e.LastTimestamp.Time
+	}
+	return eventFirst(e)
 }
 
 func eventFirst(e corev1.Event) time.Time {
