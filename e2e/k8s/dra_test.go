@@ -217,8 +217,9 @@ func waitDriverOn(t *testing.T, dra bool, nodeNames ...string) map[string]*corev
 	var drivers map[string]*corev1.Pod
 	var last string
 	err := cririg.Wait(6*time.Minute, fmt.Sprintf("the chart's pods on %v Ready, the DRA driver's %v", nodeNames, dra), func() (bool, error) {
-		if _, err := waitDaemonSetPods(ctx(t), imageRepo+":"+newTag); err != nil {
-			return false, err
+		if _, done, why := daemonSetPodsReady(ctx(t), imageRepo+":"+newTag); !done {
+			last = why
+			return false, nil
 		}
 		if done, why, err := rolledOut(ctx(t), dsName); !done || err != nil {
 			last = why
@@ -230,7 +231,7 @@ func waitDriverOn(t *testing.T, dra bool, nodeNames ...string) map[string]*corev
 		return done, err
 	})
 	if err != nil {
-		t.Fatalf("%v; last: %s", err, last)
+		t.Fatalf("%v; last: %s\n%s%s%s", err, last, chartPodsState(dsSelector), chartPodsState(draSelector), nodesState())
 	}
 	return drivers
 }

@@ -245,36 +245,108 @@ func waitDaemonSetPods(ctx context.Context, image string) (map[string]*corev1.Po
 	// was Ready 1m51s after helm upgrade returned on a node alone
 	// (2026-11-28), more than 4 minutes beside a second emulated node.
 	err := cririg.Wait(6*time.Minute, "the DaemonSet's pods Ready", func() (bool, error) {
-		pods, err := cs.CoreV1().Pods(dsNamespace).List(ctx, metav1.ListOptions{LabelSelector: dsSelector})
-		if err != nil || len(pods.Items) != *nodes {
-			last = fmt.Sprintf("%d pods, want %d (%v)", len(pods.Items), *nodes, err)
-			return false, nil
-		}
-		ready = map[string]*corev1.Pod{}
-		for _, p := range pods.Items {
-			last = fmt.Sprintf("%s on %s: %s %+v", p.Name, p.Spec.NodeName, p.Status.Phase, p.Status.ContainerStatuses)
-			for _, c := range p.Spec.Containers {
-				if image != "" && c.Image != image {
-					return false, nil
-				}
-			}
-			if !podReady(&p) {
-				return false, nil
-			}
-			ready[p.Spec.NodeName] = &p
-		}
-		return ready[node.Name] != nil, nil
+		var done bool
+		ready, done, last = daemonSetPodsReady(ctx, image)
+		return done, nil
 	})
 	if err != nil {
-		pods, _ := cs.CoreV1().Pods(dsNamespace).List(ctx, metav1.ListOptions{LabelSelector: dsSelector})
-		evs := ""
-		for _, p := range pods.Items {
-			evs += eventsOf(ctx, dsNamespace, p.Name)
-		}
-		evs += eventsOf(ctx, dsNamespace, dsName)
-		return nil, fmt.Errorf("%v\nlast: %s\nevents:\n%s", err, last, evs)
+		return nil, fmt.Errorf("%v\nlast: %s\n%s%s", err, last, chartPodsState(dsSelector), nodesState())
 	}
 	return ready, nil
+}
+
+// daemonSetPodsReady looks once at the DaemonSet's pods: done when there
+// is one on each node, every one Ready, whose containers run image (any
+// if ""); why says what is not yet so.
+func daemonSetPodsReady(ctx context.Context, image string) (ready map[string]*corev1.Pod, done bool, why string) {
+	pods, err := cs.CoreV1().Pods(dsNamespace).List(ctx, metav1.ListOptions{LabelSelector: dsSelector})
+	if err != nil {
+		return nil, false, fmt.Sprintf("listing the DaemonSet's pods: %v", err)
+	}
+	if len(pods.Items) != *nodes {
+		return nil, false, fmt.Sprintf("%d pods, want %d: %s", len(pods.Items), *nodes, podsText(pods.Items))
+	}
+	ready = map[string]*corev1.Pod{}
+	for _, p := range pods.Items {
+		for _, c := range p.Spec.Containers {
+			if image != "" && c.Image != image {
+				return nil, false, fmt.Sprintf("%s on %s runs %s, want %s", p.Name, p.Spec.NodeName, c.Image, image)
+			}
+		}
+		if !podReady(&p) {
+			return nil, false, "not Ready: " + podsText([]corev1.Pod{p})
+		}
+		ready[p.Spec.NodeName] = &p
+	}
+	return ready, ready[node.Name] != nil, ""
+}
+
+// podsText says, per pod, where it is and how far it got: its phase,
+// whether it is being deleted, and each container's state.
+func podsText(pods []corev1.Pod) string {
+	var b strings.Builder
+	for _, p := range pods {
+		fmt.Fprintf(&b, "\n  %s on %s: %s", p.Name, p.Spec.NodeName, p.Status.Phase)
+		if p.DeletionTimestamp != nil {
+			fmt.Fprintf(&b, ", deleting since %s", p.DeletionTimestamp.Format(time.TimeOnly))
+		}
+		for _, c := range append(p.Status.InitContainerStatuses, p.Status.ContainerStatuses...) {
+			fmt.Fprintf(&b, "; %s ready=%v restarts=%d %s", c.Name, c.Ready, c.RestartCount, containerStateText(c.State))
+		}
+	}
+	return b.String()
+}
+
+func containerStateText(s corev1.ContainerState) string {
+	switch {
+	case s.Running != nil:
+		return "running since " + s.Running.StartedAt.Format(time.TimeOnly)
+	case s.Terminated != nil:
+		return fmt.Sprintf("terminated (%s, exit %d)", s.Terminated.Reason, s.Terminated.ExitCode)
+	case s.Waiting != nil:
+		return fmt.Sprintf("waiting (%s: %s)", s.Waiting.Reason, s.Waiting.Message)
+	}
+	return "no state"
+}
+
+// chartPodsState is what a failed wait for the pods of selector reports,
+// read with a context of its own (the wait's may have run out): each
+// pod's state and events.
+func chartPodsState(selector string) string {
+	c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pods, err := cs.CoreV1().Pods(dsNamespace).List(c, metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		return fmt.Sprintf("pods %s: %v\n", selector, err)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "pods %s:%s\nevents:\n", selector, podsText(pods.Items))
+	for _, p := range pods.Items {
+		b.WriteString(eventsOf(c, dsNamespace, p.Name))
+	}
+	return b.String()
+}
+
+// nodesState gives each node's Ready condition and kubelet's last
+// heartbeat: it tells a node that stopped answering from a pod that is
+// slow to start.
+func nodesState() string {
+	c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	nodes, err := cs.CoreV1().Nodes().List(c, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Sprintf("nodes: %v\n", err)
+	}
+	var b strings.Builder
+	for _, n := range nodes.Items {
+		for _, cond := range n.Status.Conditions {
+			if cond.Type == corev1.NodeReady {
+				fmt.Fprintf(&b, "node %s Ready=%s (%s), kubelet's last heartbeat %s, now %s\n",
+					n.Name, cond.Status, cond.Reason, cond.LastHeartbeatTime.Format(time.TimeOnly), time.Now().Format(time.TimeOnly))
+			}
+		}
+	}
+	return b.String()
 }
 
 // Multus's DaemonSet (deployments/multus-daemonset-thick.yml).
