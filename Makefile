@@ -97,10 +97,16 @@ vm-prepare:
 ## e2e: one VM boot in exclusive mode for the suite, the Multus tests
 ## (e2e/multus), the CRI tests (e2e/cri: containerd) and the NRI plugin's
 ## (e2e/cri/nri), one in shared mode (the suite's, containerd's and the
-## NRI plugin's shared-mode tests).
+## NRI plugin's shared-mode tests), and the test VM's watchdog: a guest
+## whose watchdog process is killed must end with vm-run.sh's status 126
+## within the watchdog's time (on a disk, so that it is not booted again).
 e2e: payload
 	$(VM_RUN) --payload $(PAYLOAD) -- 'rc=0; e2e.test $(E2E_FLAGS) || rc=1; multus.test $(E2E_FLAGS) || rc=1; cri.test $(E2E_FLAGS) || rc=1; nri.test $(E2E_FLAGS) || rc=1; exit $$rc'
 	$(VM_RUN) --netns-mode shared --nics 4 --payload $(PAYLOAD) -- 'rc=0; e2e.test $(E2E_FLAGS) -test.run TestSharedMode || rc=1; cri.test $(E2E_FLAGS) -test.run TestSharedMode || rc=1; nri.test $(E2E_FLAGS) -test.run TestSharedMode || rc=1; exit $$rc'
+	@d=$$(mktemp -d); truncate -s 64M $$d/disk; mkfs.ext4 -q -F $$d/disk; \
+	$(VM_RUN) --nics 1 --disk $$d/disk --watchdog 5 --timeout 120 -- 'kill $$(cat /run/watchdog.pid); sleep 100' > $$d/log 2>&1; rc=$$?; \
+	if [ $$rc = 126 ] && grep -q 'it hung' $$d/log; then echo "[e2e] the test VM's watchdog: $$(grep 'the guest stopped' $$d/log | sed 's/^.vm-run. //')"; rm -rf $$d; \
+	else cat $$d/log; rm -rf $$d; echo "[e2e] FAIL: a guest that stopped petting its watchdog ended with status $$rc, want 126 (vm-run.sh --watchdog)"; exit 1; fi
 
 ## e2e-link: two test VMs at once joined by an Ethernet link on the
 ## loopback (vm-run.sh --node/--link, UDP ports E2E_LINK_PORT and the
@@ -184,12 +190,13 @@ e2e-k8s: k8s-payload
 	$(if $(K8S_NORDMA),$(call LOCKUP_RETRY,$(K8S_CLUSTER) $(K8S_VM) --nics 3 --no-rxe -- 'k8s.test $(E2E_FLAGS) -test.run ^TestNoRDMA$$');) \
 	$(if $(K8S_PAIRS),$(call LOCKUP_RETRY,$(K8S_CLUSTER) $(K8S_VM) --nics 8 --pcie-roots 2 --standin-gpus 2 -- 'k8s.test $(E2E_FLAGS) -k8s.pairs-required -test.run ^TestDRAPairs$$'))
 
-## LOCKUP_RETRY runs a stage of one VM without a disk, and once more, on a
-## control plane and a VM of its own, when its VM's CPUs locked up
-## (vm-run.sh's status 126: a soft lockup under TCG, which the guest turns
-## into a panic). Any other failure fails the stage.
+## LOCKUP_RETRY runs a stage of one VM without a disk, or the two-node
+## stage (K8S_PAIR), and once more, on a control plane and VMs of its own,
+## when a VM's CPUs locked up or it hung (vm-run.sh's status 126: a soft
+## lockup or a fired watchdog under TCG, which the guest turns into a
+## panic). Any other failure fails the stage.
 LOCKUP_RETRY = { $(1) || { rc=$$?; [ $$rc = 126 ] || exit $$rc; \
-	  echo "[e2e-k8s] the stage's VM locked up (vm-run.sh status 126): running the stage once more"; $(1) || exit $$?; }; }
+	  echo "[e2e-k8s] a VM of the stage locked up or hung (vm-run.sh status 126): running the stage once more"; $(1) || exit $$?; }; }
 
 ## e2e-k8s-nodes: the cluster with two nodes, two VMs on one Ethernet
 ## link (scripts/vm-pair.sh; UDP ports K8S_LINK_PORT and the next on
@@ -235,11 +242,14 @@ K8S_PAIR_CPUS ?= 1
 # with FLAGS after its own, and vm-pair.sh (with K8S_PAIR_OPTS, then
 # OPTIONS) write both consoles in DIR.
 K8S_PAIR = set -e; $(K8S_ENV); \
-	rm -f $(K8S_NODE2_DISK); truncate -s 4G $(K8S_NODE2_DISK); mkfs.ext4 -q -F $(K8S_NODE2_DISK); \
 	a="$(K8S_VM_ARGS) --nics $(K8S_PAIR_NICS) --cpus $(K8S_PAIR_CPUS) --timeout 1800"; \
+	$(call LOCKUP_RETRY,$(call K8S_PAIR_RUN,$(1),$(2),$(3)))
+# K8S_PAIR_RUN is one run of the pair: node 2's disk made anew, a control
+# plane of its own.
+K8S_PAIR_RUN = { rm -f $(K8S_NODE2_DISK); truncate -s 4G $(K8S_NODE2_DISK); mkfs.ext4 -q -F $(K8S_NODE2_DISK); \
 	$(K8S_CONTROL_PLANE) -nodes 2 -- scripts/vm-pair.sh --again 75 $(K8S_PAIR_OPTS) $(3) $(2) $(K8S_LINK_PORT) \
 	  "$$a -- 'k8s.test $(E2E_FLAGS) -k8s.nodes 2 $(1)'" \
-	  "$$a --disk $(K8S_NODE2_DISK) -- 'k8s.test $(E2E_FLAGS) -k8s.nodes 2 -k8s.boot join'"
+	  "$$a --disk $(K8S_NODE2_DISK) -- 'k8s.test $(E2E_FLAGS) -k8s.nodes 2 -k8s.boot join'"; }
 
 ## e2e-k8s-oldest: the same rig on the oldest supported pair, versions.env's
 ## KUBERNETES_OLDEST_VERSION and CONTAINERD_OLDEST_VERSION (etcd, Multus

@@ -241,12 +241,14 @@ fi
 GUEST_MODULES="virtio_pci virtio_net crc32_generic configfs
   ib_core ib_uverbs ib_umad rdma_cm rdma_ucm rdma_rxe
   veth bridge macvlan ipvlan dummy 8021q"
-# In the image but loaded only by a boot with a disk (vm-run.sh --disk).
+# In the image but loaded only by a boot with a disk (vm-run.sh --disk),
+# and by one with a watchdog (--watchdog).
 DISK_MODULES="virtio_blk ext4"
+WATCHDOG_MODULES="i6300esb"
 pkgver() { dpkg-query -W -f='${Version}' "$1"; }
 KEY_BASE="$KEY_RXE $(sha "$RXE_KO" "${BASH_SOURCE[0]}") \
 busybox=$(pkgver busybox-static) iproute2=$(pkgver iproute2) kmod=$(pkgver kmod) \
-libc=$(pkgver libc6) libgcc=$(pkgver libgcc-s1) $GUEST_MODULES $DISK_MODULES $KEY_RDMA"
+libc=$(pkgver libc6) libgcc=$(pkgver libgcc-s1) $GUEST_MODULES $DISK_MODULES $WATCHDOG_MODULES $KEY_RDMA"
 KEY_BASE=$(echo "$KEY_BASE" | tr -s ' \n' ' ')
 BASE_CPIO="$KDIR/base-slots/$(slot "$KEY_BASE").cpio"
 if [ ! -f "$BASE_CPIO" ]; then
@@ -317,7 +319,7 @@ if [ ! -f "$BASE_CPIO" ]; then
   for f in modules.order modules.builtin modules.builtin.modinfo; do
     [ -f "$ROOT/$M/$f" ] && cp "$ROOT/$M/$f" "$S/$M/"
   done
-  for m in $GUEST_MODULES $DISK_MODULES; do
+  for m in $GUEST_MODULES $DISK_MODULES $WATCHDOG_MODULES; do
     modprobe -d "$ROOT" -S "$ABI" --show-depends "$m" \
       | awk '$1 == "insmod" { print $2 }'
   done | sort -u | while read -r ko; do

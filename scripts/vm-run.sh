@@ -9,7 +9,7 @@
 #             [--k8s-api PORT [--kubelet-port PORT]] [--disk FILE] [--no-rxe]
 #             [--node N] [--link ADDR:PORT:PEER_PORT [--rails N]]
 #             [--arp-defaults] [--pcie-roots N [--standin-gpus M]]
-#             -- CMD [ARGS...]
+#             [--watchdog SECS] -- CMD [ARGS...]
 #
 # --k8s-api PORT adds a user-mode NIC on which the guest reaches exactly one
 # address, 10.0.2.100:6443, forwarded to the host's 127.0.0.1:PORT (the e2e
@@ -58,13 +58,21 @@
 # another that the host has descheduled (a lock, a TLB-flush IPI) burns
 # the core the other needs.
 #
+# --watchdog SECS (5..2046, default 120; 0: none) gives the guest a
+# watchdog (QEMU's i6300esb, in bus 0's slot 2) that a process of /init
+# pets every SECS/4 s (its PID in the guest's /run/watchdog.pid). A guest
+# that runs nothing for SECS s (hung: seen under TCG, a node of the
+# two-node rig that answered nothing, not even ARP, and printed nothing)
+# gets an NMI from QEMU and panics (unknown_nmi_panic): a prompt end, with
+# the stuck CPU's backtrace, instead of its peer's and the test's timeouts.
+#
 # CMD and ARGS are joined with spaces and run by the guest's `sh -c` (like
 # ssh does), so both `-- /payload/test.sh -v` and `-- 'a && b'` work.
 #
 # Exit status: the guest command's status; 124 if the timeout passed; 125 if
 # the VM failed (guest setup failed, kernel panic, or no exit marker); 126
-# if its CPUs locked up (a soft lockup: the guest panics) and it was not
-# booted again (below).
+# if its CPUs locked up (a soft lockup) or it hung (its watchdog fired), the
+# guest panicking either way, and it was not booted again (below).
 set -euo pipefail
 
 SCRIPTS_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -87,6 +95,7 @@ RAILS=0
 ARP_DEFAULTS=0
 PCIE_ROOTS=0
 STANDIN_GPUS=0
+WATCHDOG=120
 # What a node keeps across a reboot and the guest keeps on --disk: the
 # runtime's and kubelet's state, the CNI and NRI plugins and their
 # configuration, the CNI state (IPAM, rdma-netns's records) and the logs.
@@ -116,6 +125,7 @@ while [ $# -gt 0 ]; do
     --arp-defaults) ARP_DEFAULTS=1; shift ;;
     --pcie-roots) PCIE_ROOTS=${2:?}; shift 2 ;;
     --standin-gpus) STANDIN_GPUS=${2:?}; shift 2 ;;
+    --watchdog) WATCHDOG=${2:?}; shift 2 ;;
     --) shift; break ;;
     -h|--help) usage ;;
     *) echo "vm-run.sh: unknown option $1" >&2; usage ;;
@@ -123,8 +133,11 @@ while [ $# -gt 0 ]; do
 done
 [ $# -gt 0 ] || { echo "vm-run.sh: missing -- CMD" >&2; usage; }
 case "$NETNS_MODE" in exclusive|shared) ;; *) die "--netns-mode must be exclusive or shared" ;; esac
-# PCI slots 3..31 are free on the i440fx machine (see NIC addresses below).
+# PCI slots 3..30 are free on the i440fx machine for NICs (see NIC
+# addresses below; 31 is the --k8s-api NIC's, 2 the disk's and the watchdog's).
 [[ "$NICS" =~ ^[0-9]+$ ]] && [ "$NICS" -ge 1 ] && [ "$NICS" -le 28 ] || die "--nics must be 1..28"
+[[ "$WATCHDOG" =~ ^[0-9]+$ ]] && { [ "$WATCHDOG" = 0 ] || { [ "$WATCHDOG" -ge 5 ] && [ "$WATCHDOG" -le 2046 ]; }; } ||
+  die "--watchdog must be 0 (none) or 5..2046 seconds"
 [[ "$TIMEOUT" =~ ^[0-9]+$ ]] || die "--timeout must be a number of seconds"
 [[ "$CPUS" =~ ^[1-4]$ ]] || die "--cpus must be 1..4"
 [ -z "$PAYLOAD" ] || [ -d "$PAYLOAD" ] || die "--payload $PAYLOAD is not a directory"
@@ -231,6 +244,7 @@ fi
   [ "$ARP_DEFAULTS" = 0 ] || printf 'VM_ARP_DEFAULTS=1\n'
   [ "$PCIE_ROOTS" = 0 ] || printf 'VM_PCIE_ROOTS=%s\n' "$PCIE_ROOTS"
   [ "$STANDIN_GPUS" = 0 ] || printf 'VM_STANDIN_GPUS=%s\n' "$STANDIN_GPUS"
+  printf 'VM_WATCHDOG=%s\n' "$WATCHDOG"
 } > "$STAGE/etc/vm.conf"
 printf '%s\n' "$*" > "$STAGE/etc/vm-cmd"
 # A node with a disk boots as a real one: exclusive mode from ib_core's
@@ -314,6 +328,18 @@ for m in $(cat /etc/vm-modules); do
   $MODPROBE "$m" || fail "modprobe $m"
 done
 [ -d /sys/kernel/config ] && mount -t configfs configfs /sys/kernel/config
+
+# --watchdog: petted every VM_WATCHDOG/4 s by a process of its own, which
+# only a guest that runs nothing at all fails to schedule. The fd stays
+# open: closed without the magic character the timer runs on, so that
+# killing the process (the rig's check, make e2e) makes the watchdog fire.
+if [ "${VM_WATCHDOG:-0}" != 0 ]; then
+  $MODPROBE i6300esb heartbeat="$VM_WATCHDOG" || fail "modprobe i6300esb (--watchdog)"
+  [ -c /dev/watchdog ] || fail "no /dev/watchdog after loading i6300esb (--watchdog)"
+  ( exec 3> /dev/watchdog || exit 1
+    while :; do printf 1 >&3; sleep $((VM_WATCHDOG / 4)); done ) &
+  echo $! > /run/watchdog.pid
+fi
 
 # The netns mode can only change while no network namespace but init_net
 # exists, so this comes before anything that could create one.
@@ -497,11 +523,12 @@ pcie_roots() {
 }
 
 # NICs at fixed PCI slots starting at 3 (slots 0-1 are the i440fx host/ISA
-# bridges; 2 is left free), so names derived from PCI addresses are stable:
-# with 9 NICs the last one is 0000:00:0b.0 -> rocep0s11. All NICs sit on one
-# qemu hub; without --link it has no backend and no traffic leaves the VM.
-# With --rails N, NIC k (1..N) sits on hub k instead, alone with its rail's
-# link below. romfile= skips the iPXE option ROM we never boot from.
+# bridges; 2 holds the disk and the watchdog), so names derived from PCI
+# addresses are stable: with 9 NICs the last one is 0000:00:0b.0 ->
+# rocep0s11. All NICs sit on one qemu hub; without --link it has no
+# backend and no traffic leaves the VM. With --rails N, NIC k (1..N) sits
+# on hub k instead, alone with its rail's link below. romfile= skips the
+# iPXE option ROM we never boot from.
 NIC_ARGS=()
 NUMA_ARGS=()
 # With pxbs, a device given no bus lands on a pxb's root bus, which takes
@@ -576,10 +603,18 @@ if [ -n "$K8S_API" ]; then
              -device "virtio-net-pci,netdev=hostnet,mac=$(mac "$NICS"),${BUS0}addr=0x1f,romfile=")
 fi
 
+# --watchdog: the i6300esb in slot 2 (function 1 beside --disk's disk);
+# when it fires QEMU injects an NMI, which the guest's kernel, knowing no
+# source for it, panics on.
+WATCHDOG_ARGS=()
+if [ "$WATCHDOG" != 0 ]; then
+  WATCHDOG_ARGS=(-device "i6300esb,${BUS0}addr=0x2$([ -z "$DISK" ] || echo .1)" -action watchdog=inject-nmi)
+fi
+
 # --disk: a virtio disk in the free PCI slot 2 (the guest's /dev/vda).
 if [ -n "$DISK" ]; then
   NIC_ARGS+=(-drive "file=$DISK,format=raw,if=none,id=disk0"
-             -device "virtio-blk-pci,drive=disk0,${BUS0}addr=0x2")
+             -device "virtio-blk-pci,drive=disk0,${BUS0}addr=0x2,multifunction=on")
 fi
 
 LOG="$WORK/console.log"
@@ -590,28 +625,35 @@ start=$(date +%s)
 # oops=panic does the same for oopses, softlockup_panic=1 for a guest whose
 # CPUs lock up (seen under TCG: both vCPUs stuck in ksoftirqd and a task for
 # good, some seconds after boot, once in many boots, never in this project's
-# code). \r is stripped from the serial console.
+# code), unknown_nmi_panic=1 for one whose watchdog fired (--watchdog).
+# \r is stripped from the serial console.
 boot() {
   timeout -k 10 "$TIMEOUT" ${LINK_WRAP[@]+"${LINK_WRAP[@]}"} qemu-system-x86_64 \
     -accel tcg -machine pc -smp "$CPUS" -m "$MEMORY" ${NUMA_ARGS[@]+"${NUMA_ARGS[@]}"} \
     -nodefaults -no-user-config -display none -monitor none -serial stdio -no-reboot \
     -kernel "$VM_KERNEL" -initrd "$WORK/initrd" \
-    -append "console=ttyS0 loglevel=3 panic=-1 oops=panic softlockup_panic=1 mitigations=off" \
-    "${NIC_ARGS[@]}" </dev/null 2>&1 | sed -u -e 's/\r$//' -e '/hub 0 is not connected to host network/d' | tee "$LOG"
+    -append "console=ttyS0 loglevel=3 panic=-1 oops=panic softlockup_panic=1 unknown_nmi_panic=1 mitigations=off" \
+    "${NIC_ARGS[@]}" ${WATCHDOG_ARGS[@]+"${WATCHDOG_ARGS[@]}"} </dev/null 2>&1 | sed -u -e 's/\r$//' -e '/hub 0 is not connected to host network/d' | tee "$LOG"
   return "${PIPESTATUS[0]}"
 }
 set +e
 boot
 qemu_rc=$?
-# A VM that locked up is booted again, once, when nothing of its run is
-# kept (no --disk) and nothing outside it saw it (no --k8s-api: a control
-# plane would keep what the first run made there): the command starts over
-# on a fresh guest, and the log says so. Otherwise the run ends with
-# status 126, which make e2e-k8s's stages without a disk retry with a
-# control plane of their own.
+# A VM that locked up or hung is booted again, once, when nothing of its
+# run is kept (no --disk) and nothing outside it saw it (no --k8s-api: a
+# control plane would keep what the first run made there): the command
+# starts over on a fresh guest, and the log says so. Otherwise the run
+# ends with status 126, which make e2e-k8s's stages without a disk and its
+# two-node stage retry with a control plane of their own.
 locked_up() { grep -aq 'Kernel panic' "$LOG" && grep -aq 'soft lockup\|softlockup' "$LOG"; }
-if [ -z "$DISK" ] && [ -z "$K8S_API" ] && locked_up; then
-  log "the guest's CPUs locked up (soft lockup, after $(( $(date +%s) - start ))s; its console above): booting it again, once"
+hung() { grep -aq 'Kernel panic - not syncing: NMI' "$LOG"; }
+stuck() {
+  if locked_up; then echo "its CPUs locked up (soft lockup)"
+  elif hung; then echo "it hung (ran nothing for ${WATCHDOG}s: its watchdog fired)"
+  else return 1; fi
+}
+if [ -z "$DISK" ] && [ -z "$K8S_API" ] && why=$(stuck); then
+  log "the guest stopped: $why, after $(( $(date +%s) - start ))s; its console above: booting it again, once"
   start=$(date +%s)
   boot
   qemu_rc=$?
@@ -625,8 +667,8 @@ if [ "$qemu_rc" = 124 ] || [ "$qemu_rc" = 137 ]; then
   log "timeout: no exit after ${TIMEOUT}s"
   exit 124
 fi
-if locked_up; then
-  log "the guest's CPUs locked up (soft lockup, after ${elapsed}s): its kernel panicked"
+if why=$(stuck); then
+  log "the guest stopped: $why, after ${elapsed}s; its kernel panicked"
   exit 126
 fi
 if grep -aq 'Kernel panic' "$LOG"; then
