@@ -325,3 +325,34 @@ func TestVersionClaims(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// The modules that build on Kubernetes' client libraries (the chart's and
+// manifests' checks in conf, the DRA driver, the Kubernetes and CRI
+// suites) select one version of every module two of them use. Go's build
+// cache then compiles k8s.io/api, client-go and what they import once for
+// all of them: a package compiled against another version of any
+// dependency is compiled again. Cold, go vet of the four took 679 s of CPU
+// with seven shared modules apart (client-go v0.37.1 in conf, x/net at four
+// versions) and 438 s aligned (2026-11-29), on a machine whose two cores
+// build the Kubernetes cluster beside it before the first node boots.
+// e2e/multus keeps the versions Multus's release requires; the root module
+// (the CNI binary) its own few.
+func TestSharedBuildModules(t *testing.T) {
+	mods := []string{"conf/go.mod", "cmd/rdma-netns-dra/go.mod", "e2e/k8s/go.mod", "e2e/cri/go.mod"}
+	first := map[string]string{} // module path -> "go.mod: version"
+	for _, gomod := range mods {
+		for _, r := range requirements(t, gomod) {
+			if strings.HasPrefix(r.Path, "github.com/rdma-netns/") {
+				continue
+			}
+			prev, ok := first[r.Path]
+			if !ok {
+				first[r.Path] = gomod + " " + r.Version
+				continue
+			}
+			if _, v, _ := strings.Cut(prev, " "); v != r.Version {
+				t.Errorf("%s requires %s %s, %s: select one version in both (go get %s@<the higher> in the other), or every package on it is compiled twice", gomod, r.Path, r.Version, prev, r.Path)
+			}
+		}
+	}
+}
