@@ -250,7 +250,9 @@ func waitDaemonSetPods(ctx context.Context, image string) (map[string]*corev1.Po
 		return done, nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("%v\nlast: %s\n%s%s", err, last, chartPodsState(dsSelector), nodesState())
+		c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		return nil, fmt.Errorf("%v\nlast: %s\n%s%s%s", err, last, chartPodsState(dsSelector), eventsOf(c, dsNamespace, dsName), nodesState())
 	}
 	return ready, nil
 }
