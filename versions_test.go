@@ -339,7 +339,8 @@ func TestVersionClaims(t *testing.T) {
 // (the CNI binary) its own few.
 func TestSharedBuildModules(t *testing.T) {
 	mods := []string{"conf/go.mod", "cmd/rdma-netns-dra/go.mod", "e2e/k8s/go.mod", "e2e/cri/go.mod"}
-	first := map[string]string{} // module path -> "go.mod: version"
+	type seen struct{ gomod, version string }
+	first := map[string]seen{} // by module path
 	for _, gomod := range mods {
 		for _, r := range requirements(t, gomod) {
 			if strings.HasPrefix(r.Path, "github.com/rdma-netns/") {
@@ -347,11 +348,11 @@ func TestSharedBuildModules(t *testing.T) {
 			}
 			prev, ok := first[r.Path]
 			if !ok {
-				first[r.Path] = gomod + " " + r.Version
+				first[r.Path] = seen{gomod, r.Version}
 				continue
 			}
-			if _, v, _ := strings.Cut(prev, " "); v != r.Version {
-				t.Errorf("%s requires %s %s, %s: select one version in both (go get %s@<the higher> in the other), or every package on it is compiled twice", gomod, r.Path, r.Version, prev, r.Path)
+			if prev.version != r.Version {
+				t.Errorf("%s requires %s %s, %s %s: select one version in both (go get %s@<the higher> in the other), or every package on it is compiled twice", gomod, r.Path, r.Version, prev.gomod, prev.version, r.Path)
 			}
 		}
 	}
