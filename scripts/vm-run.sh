@@ -212,8 +212,25 @@ eval "$prep"
 prep=$("$SCRIPTS_DIR/vm-prepare-cri.sh" "$VM_CACHE_DIR/initramfs-base" --print-env) || exit 125
 eval "$prep"
 
+# A run killed by SIGKILL (a CI timeout, kill -9 of its group) cannot run its
+# EXIT trap, and each leaves ~1.5 GiB here: two of them filled a CI machine's
+# disk. So every run writes its owner (PID and that process's start time, so a
+# reused PID is not taken for it) and sweeps the directories of dead owners.
+proc_start() { awk '{ print $22 }' "/proc/$1/stat" 2>/dev/null; }
+for d in "${TMPDIR:-/tmp}"/vm-run.??????; do
+  [ -d "$d" ] || continue
+  if [ -f "$d/owner" ]; then
+    read -r opid ostart < "$d/owner" || true
+    [ -n "$opid" ] && [ "$(proc_start "$opid")" = "$ostart" ] && continue
+  elif [ -z "$(find "$d" -maxdepth 0 -mmin +720)" ]; then
+    continue # no owner file: a run of an older vm-run.sh, swept only when 12 hours old
+  fi
+  echo "[vm-run] removing $d, left by a run that was killed" >&2
+  rm -rf "$d"
+done
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/vm-run.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
+echo "$$ $(proc_start $$)" > "$WORK/owner"
 STAGE="$WORK/stage"
 mkdir -p "$STAGE/etc" "$STAGE/opt/cni/bin" "$STAGE/usr/local/bin" "$STAGE/payload"
 
