@@ -15,6 +15,7 @@ import (
 	resourcev1 "k8s.io/api/resource/v1"
 
 	"github.com/rdma-netns/rdma-netns/pkg/config"
+	"github.com/rdma-netns/rdma-netns/pkg/draconfig"
 	"github.com/rdma-netns/rdma-netns/pkg/drarecord"
 )
 
@@ -295,6 +296,9 @@ func (d *draExamples) checkPod(pod *corev1.Pod) error {
 	if err := claimsNamed(pod, reqs); err != nil {
 		return err
 	}
+	if strings.TrimSpace(pod.Annotations["k8s.v1.cni.cncf.io/networks"]) == "" {
+		return d.checkClaimOnly(pod)
+	}
 	var sel []draAttachment
 	if err := json.Unmarshal([]byte(pod.Annotations["k8s.v1.cni.cncf.io/networks"]), &sel); err != nil {
 		return fmt.Errorf("networks annotation: %w", err)
@@ -470,4 +474,42 @@ func TestDeviceClassRejects(t *testing.T) {
 			wantRejection(t, "valid class", checkDeviceClass(c), tc.want)
 		})
 	}
+}
+
+// checkClaimOnly: a pod with no networks annotation gets its NICs from
+// its claims alone, so each template it names configures the driver for
+// its NIC requests, in a configuration Prepare accepts (what rdma-netns-dra
+// checks, run on the template as the allocation would give it: each
+// request's count of devices); a template that configures nothing would
+// leave the pod without its NICs.
+func (d *draExamples) checkClaimOnly(pod *corev1.Pod) error {
+	for _, rc := range pod.Spec.ResourceClaims {
+		if rc.ResourceClaimTemplateName == nil {
+			continue
+		}
+		tpl := d.templates[*rc.ResourceClaimTemplateName]
+		var entries []draconfig.Entry
+		for _, c := range tpl.Spec.Spec.Devices.Config {
+			if c.Opaque == nil || c.Opaque.Driver != drarecord.DriverName {
+				continue
+			}
+			entries = append(entries, draconfig.Entry{Source: draconfig.FromClaim, Requests: c.Requests, Parameters: c.Opaque.Parameters.Raw})
+		}
+		if len(entries) == 0 {
+			return fmt.Errorf("resourceClaims %s: template %s configures no %s and the pod names no network: its NICs would not be attached", rc.Name, tpl.Name, drarecord.DriverName)
+		}
+		var results []draconfig.Result
+		for _, r := range tpl.Spec.Spec.Devices.Requests {
+			if r.Exactly == nil || r.Exactly.DeviceClassName != draDeviceClass {
+				continue
+			}
+			for i := range max(exactCount(r.Exactly), 1) {
+				results = append(results, draconfig.Result{Request: r.Name, Device: fmt.Sprintf("pci-0000-00-%02x-0", i+3)})
+			}
+		}
+		if _, err := draconfig.Resolve(entries, results); err != nil {
+			return fmt.Errorf("resourceClaims %s: template %s: %w", rc.Name, tpl.Name, err)
+		}
+	}
+	return nil
 }

@@ -253,8 +253,8 @@ func TestChartDRA(t *testing.T) {
 	for _, c := range main.Spec.Template.Spec.Containers {
 		names = append(names, c.Name)
 	}
-	if !slices.Equal(names, []string{"exporter", "nri"}) {
-		t.Errorf("DaemonSet %s: containers %v, want exporter and nri", main.Name, names)
+	if !slices.Equal(names, []string{"claims-entry", "exporter", "nri"}) {
+		t.Errorf("DaemonSet %s: containers %v, want claims-entry, exporter and nri", main.Name, names)
 	}
 	if m := mountAt(exporterContainer(main.Spec.Template.Spec), drarecord.DefaultDir); m == nil || !m.ReadOnly {
 		t.Errorf("the exporter mounts the records at %s: %+v, want read-only", drarecord.DefaultDir, m)
@@ -275,6 +275,42 @@ func TestChartDRA(t *testing.T) {
 	for _, d := range []*appsv1.DaemonSet{main, ds} {
 		if err := checkRBAC(d, &r); err != nil {
 			t.Errorf("DaemonSet %s: %v", d.Name, err)
+		}
+	}
+}
+
+// With dra.enabled the installer appends the claims entry to the primary
+// network in the host's CNI configuration directory, once it installed
+// the binary (the init container), and keeps it there (a container of its
+// own); dra.claimsEntry false, or a DaemonSet without DRA, touches no CNI
+// configuration.
+func TestChartClaimsEntry(t *testing.T) {
+	main, _ := render(t, values("dra.enabled", true, "cniConfDir", "/etc/kubernetes/cni/net.d"))
+	spec := main.Spec.Template.Spec
+	for _, c := range []*corev1.Container{&spec.InitContainers[0], container(spec.Containers, "claims-entry")} {
+		if c == nil {
+			t.Fatal("no container claims-entry")
+		}
+		o, err := installOptions(c.Command[2:])
+		if err != nil {
+			t.Fatalf("%s: %v", c.Name, err)
+		}
+		if !o.ClaimsEntry || o.CNIConfDir != "/host/etc/kubernetes/cni/net.d" || !slices.Contains(mountPaths(c), o.CNIConfDir) || !slices.Contains(mountPaths(c), o.Dest) {
+			t.Errorf("%s: --claims-entry %v --cni-conf-dir %s, mounts %v: want the entry kept in the mounted cniConfDir", c.Name, o.ClaimsEntry, o.CNIConfDir, mountPaths(c))
+		}
+		if o.ThenWait != (c.Name == "claims-entry") {
+			t.Errorf("%s: --then-wait %v: only the container keeps the entry", c.Name, o.ThenWait)
+		}
+	}
+	if v := volume(spec, "cni-conf"); v == nil || v.HostPath.Path != "/etc/kubernetes/cni/net.d" {
+		t.Errorf("volume cni-conf %+v, want hostPath /etc/kubernetes/cni/net.d", v)
+	}
+	for _, vals := range []map[string]any{values("dra.enabled", true, "dra.claimsEntry", false), values("dra.enabled", false)} {
+		main, _ := render(t, vals)
+		spec := main.Spec.Template.Spec
+		o, err := installOptions(spec.InitContainers[0].Command[2:])
+		if err != nil || o.ClaimsEntry || volume(spec, "cni-conf") != nil || container(spec.Containers, "claims-entry") != nil {
+			t.Errorf("%v: the installer touches the CNI configuration (%+v, %v)", vals, o, err)
 		}
 	}
 }

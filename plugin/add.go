@@ -9,6 +9,7 @@ import (
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
+	current "github.com/containernetworking/cni/pkg/types/100"
 
 	"github.com/rdma-netns/rdma-netns/pkg/config"
 	"github.com/rdma-netns/rdma-netns/pkg/deviceinfo"
@@ -48,6 +49,9 @@ func (c *call) add() error {
 		if err := refuse(); err != nil {
 			return types.NewError(types.ErrInvalidNetworkConfig, err.Error(), "")
 		}
+	}
+	if c.conf.Claims {
+		return c.addClaims()
 	}
 	switch {
 	case c.conf.DRA != nil && c.conf.PrevResultJSON != nil && string(c.conf.PrevResultJSON) != "null":
@@ -209,6 +213,7 @@ func (c *call) newRecord(dev target, podName string) *state.Record {
 		rec.PodName = podName
 	}
 	rec.HostNetdev, rec.NetdevParent = c.hostNetdev()
+	rec.HostLink = c.hostLink
 	return rec
 }
 
@@ -220,7 +225,7 @@ func (c *call) newRecord(dev target, podName string) *state.Record {
 // (the host name, the rdma_cm settings group), so then the record is also
 // written before the move, as "moving".
 func (c *call) attach(rec *state.Record) error {
-	early := rec.PodName != "" || c.qos() != nil
+	early := rec.PodName != "" || c.qos() != nil || rec.HostLink != nil
 	if early {
 		if err := c.store.Put(rec); err != nil {
 			return fmt.Errorf("cannot record the attachment of RDMA device %s before moving it: %v; nothing was changed", rec.Device, err)
@@ -498,6 +503,12 @@ func (c *call) printResult() error {
 	out := c.p.Out
 	if out == nil {
 		out = os.Stdout
+	}
+	if c.conf.Result == nil {
+		// A "claims" entry first in its chain: no plugin's result to
+		// pass on, and none of its own (the claims' NICs are their own
+		// attachments).
+		return (&current.Result{CNIVersion: c.conf.CNIVersion}).PrintTo(out)
 	}
 	return c.conf.PrintResult(out)
 }

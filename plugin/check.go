@@ -25,6 +25,12 @@ func (p *Plugin) Check(args *skel.CmdArgs) error {
 }
 
 func (c *call) check() error {
+	if c.conf.Claims {
+		// The claims' NICs are checked by their own attachments' records
+		// (the doctor reads them); the primary network's CHECK is its
+		// plugin's.
+		return nil
+	}
 	if c.conf.Result == nil {
 		return types.NewError(types.ErrInvalidNetworkConfig, "CHECK needs a prevResult", "")
 	}

@@ -3,6 +3,7 @@ package plugin
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/skel"
@@ -32,13 +33,44 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 // NIC's netdev still there, and in dra mode then has host-device take the
 // NIC out; a failure keeps the NIC in the pod for the runtime's retry.
 func (c *call) del() error {
-	if err := c.delRDMA(); err != nil || c.conf.DRA == nil {
+	if c.conf.Claims {
+		return c.delClaims()
+	}
+	var err error
+	if c.conf.DRA == nil {
+		err = c.delRDMA(nil)
+	} else {
+		err = c.delRDMA(c.delClaimedNICOf)
+	}
+	if err != nil || strings.HasPrefix(c.conf.Name, claimNetworkPrefix) {
 		return err
 	}
-	return c.delClaimedNIC()
+	// Multus v4.3.0's daemon runs a sandbox's DEL from its cache, with a
+	// copy of each configuration holding only the keys it knows: the
+	// claims entry reaches DEL as a bare {"type": "rdma-netns"}, and
+	// cannot be told from any other entry. So the DEL of every entry
+	// takes back the sandbox's claimed NICs (DEL runs only when the
+	// sandbox goes, or when its ADD failed); those of a NIC's own call
+	// (network claim-<UID>) do not, or they would call themselves.
+	return c.delClaims()
 }
 
-func (c *call) delRDMA() error {
+// delClaimedNICOf takes the claimed NIC out of the pod and gives the host
+// back what rec (nil when none) remembers of it.
+func (c *call) delClaimedNICOf(rec *state.Record) error {
+	if err := c.delClaimedNIC(); err != nil {
+		return err
+	}
+	return c.restoreRecorded(rec)
+}
+
+// delRDMA returns the attachment's RDMA device, then runs home (nil for
+// none) with its record, or nil when there is none: the record is
+// deleted only once home succeeded, so a retried DEL still has it.
+func (c *call) delRDMA(home func(*state.Record) error) error {
+	if home == nil {
+		home = func(*state.Record) error { return nil }
+	}
 	if err := c.key().ValidateRuntime(); err != nil {
 		return types.NewError(types.ErrInvalidEnvironmentVariables, err.Error(), "")
 	}
@@ -48,7 +80,7 @@ func (c *call) delRDMA() error {
 		// here would stop the chain's DEL before host-device's, which
 		// returns the NIC.
 		c.log.Infof("nothing to do: ADD refuses this interface name (%v) before it changes anything", err)
-		return nil
+		return home(nil)
 	}
 	if err := c.openStore(); err != nil {
 		return err
@@ -65,10 +97,16 @@ func (c *call) delRDMA() error {
 	var corrupt *state.CorruptError
 	switch {
 	case errors.Is(err, state.ErrNotFound):
-		return c.releaseUnrecorded()
+		if err := c.releaseUnrecorded(); err != nil {
+			return err
+		}
+		return home(nil)
 	case errors.As(err, &corrupt):
 		c.quarantine(corrupt.Path)
-		return c.releaseUnrecorded()
+		if err := c.releaseUnrecorded(); err != nil {
+			return err
+		}
+		return home(nil)
 	case err != nil:
 		return err
 	}
@@ -81,6 +119,9 @@ func (c *call) delRDMA() error {
 		return err
 	}
 	c.clearQoS(rec)
+	if err := home(rec); err != nil {
+		return err
+	}
 	return c.store.Delete(rec.Key)
 }
 

@@ -117,7 +117,7 @@ func (c *call) claimedNIC() (drarecord.Device, error) {
 	if err := c.nadRecordDir(); err != nil {
 		return drarecord.Device{}, types.NewError(types.ErrInvalidNetworkConfig, err.Error()+"; nothing was changed", "")
 	}
-	devs, _, err := drarecord.Dir(c.p.DRARecordDir).PodDevices(uid)
+	devs, claims, err := drarecord.Dir(c.p.DRARecordDir).PodDevices(uid)
 	if err != nil {
 		return drarecord.Device{}, fmt.Errorf("cannot read the DRA driver's records: %v; nothing was changed", err)
 	}
@@ -129,12 +129,30 @@ func (c *call) claimedNIC() (drarecord.Device, error) {
 	if err != nil {
 		return drarecord.Device{}, fmt.Errorf("pod %s: %v; nothing was changed", c.podName(), err)
 	}
+	// The claims entry attaches such a claim's NICs under the network
+	// "claim-<UID>"; any other network would attach them a second time.
+	if cl := claimOf(claims, dev); cl != nil && cl.Attach && c.conf.Name != claimNetworkPrefix+cl.ClaimUID {
+		return drarecord.Device{}, fmt.Errorf("pod %s: claim %s/%s configures driver %s, so it gives its NICs to the pod by itself (the \"claims\" entry of the node's primary network), and network %s would attach NIC %s a second time; remove the network from the pod's networks, or the configuration from the claim; nothing was changed",
+			c.podName(), cl.ClaimNamespace, cl.ClaimName, drarecord.DriverName, config.Quote(c.conf.Name), dev.PCIAddress)
+	}
 	if !rdmadev.IsPCIAddress(dev.PCIAddress) {
 		return drarecord.Device{}, fmt.Errorf("the DRA driver's record of pod %s gives request %s the PCI address %s, which is not one (domain:bus:device.function); nothing was changed",
 			c.podName(), config.Quote(dev.Request), config.Quote(dev.PCIAddress))
 	}
 	c.log.Infof("the pod's NIC for this attachment is %s (request %s, device %s of pool %s)", dev.PCIAddress, config.Quote(dev.Request), config.Quote(dev.Device), config.Quote(dev.Pool))
 	return dev, nil
+}
+
+// claimOf is the claim among claims that holds dev.
+func claimOf(claims []*drarecord.Claim, dev drarecord.Device) *drarecord.Claim {
+	for _, cl := range claims {
+		for _, d := range cl.Devices {
+			if d.PCIAddress == dev.PCIAddress {
+				return cl
+			}
+		}
+	}
+	return nil
 }
 
 // podName names the pod in errors: its namespace and name when the
@@ -159,13 +177,34 @@ func (c *call) withClaimedNIC(attach func() error) error {
 		return err
 	}
 	c.claimed = &dev
+	host, err := c.readHostLink(dev)
+	if err != nil {
+		return err
+	}
+	hostName := ""
+	if host != nil {
+		hostName, _ = c.p.links().HostNetdev(dev.PCIAddress)
+	}
 	ctx := context.Background()
 	res, err := c.p.delegate().Add(ctx, hostDevice, c.delegateConf(dev.PCIAddress, ""))
 	if err != nil {
+		// host-device puts the NIC back on failure, but the move took
+		// its addresses.
+		if rerr := c.restoreHostLink(dev.PCIAddress, hostName, host); rerr != nil {
+			c.log.Errorf("rollback: %v", rerr)
+		}
 		return fmt.Errorf("host-device could not move the pod's NIC %s into the pod as %s: %v", dev.PCIAddress, c.args.IfName, err)
 	}
 	c.log.Infof("host-device moved NIC %s into the pod as %s", dev.PCIAddress, c.args.IfName)
-	err = c.conf.SetPrevResult(res)
+	c.hostLink = host
+	if pl := podLinkOf(dev, host); pl != nil {
+		if err = c.p.links().ApplyPod(c.args.Netns, c.args.IfName, *pl); err != nil {
+			err = fmt.Errorf("setting up NIC %s as its claim says in the pod (%s): %v", dev.PCIAddress, c.args.IfName, err)
+		}
+	}
+	if err == nil {
+		err = c.conf.SetPrevResult(res)
+	}
 	if err == nil {
 		c.conf.PinDRA(dev.PCIAddress, fmt.Sprintf("the pod's claim (request %s)", dev.Request))
 		err = attach()
@@ -178,6 +217,10 @@ func (c *call) withClaimedNIC(attach func() error) error {
 		return fmt.Errorf("%v; host-device could not take NIC %s back out of the pod either: %v (the runtime's DEL retries)", err, dev.PCIAddress, derr)
 	}
 	c.log.Infof("rollback: host-device took NIC %s back", dev.PCIAddress)
+	if rerr := c.restoreHostLink(dev.PCIAddress, hostName, host); rerr != nil {
+		c.log.Errorf("rollback: %v", rerr)
+		return fmt.Errorf("%v; %v", err, rerr)
+	}
 	return err
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 
 	"github.com/rdma-netns/rdma-netns/pkg/config"
+	"github.com/rdma-netns/rdma-netns/pkg/linkconf"
 
 	"github.com/rdma-netns/rdma-netns/pkg/logging"
 	"github.com/rdma-netns/rdma-netns/pkg/rdmadev"
@@ -308,6 +309,9 @@ type fakeNetdev struct {
 	netns, name, alias string
 	bus, parent, pci   string
 	up                 bool
+	// ip is its IP configuration (fakeLinks); a move keeps only the MTU.
+	ip  linkconf.Config
+	arp *linkconf.ARP
 }
 
 func (l *fakeNetdev) parentID() string {
@@ -377,6 +381,7 @@ func (k *fakeKernel) hostDeviceAdd(pci, nsPath, ifName string) (found bool, err 
 			return true, fmt.Errorf("failed to move %q (host: %q) to container NS: file exists", ifName, l.name)
 		}
 		l.netns, l.alias, l.name, l.up = nsPath, l.name, ifName, true
+		l.ip = linkconf.Config{MTU: l.ip.MTU}
 		return true, nil
 	}
 	return false, nil
@@ -398,6 +403,7 @@ func (k *fakeKernel) hostDeviceDel(nsPath, ifName string) error {
 		return fmt.Errorf("failed to move %q to hostNS: file exists", l.alias)
 	}
 	l.netns, l.name, l.alias, l.up = "", l.alias, "", false
+	l.ip, l.arp = linkconf.Config{MTU: l.ip.MTU}, nil
 	return nil
 }
 
@@ -447,9 +453,15 @@ func (k *fakeKernel) destroy(nsPath string) {
 			k.where[d] = ""
 		}
 	}
+	// A NIC comes home under its pod-side name, down and bare; a
+	// virtual link dies with the netns.
 	var kept []*fakeNetdev
 	for _, l := range k.netdevs {
-		if l.netns != nsPath {
+		switch {
+		case l.netns != nsPath:
+			kept = append(kept, l)
+		case l.pci != "":
+			l.netns, l.up, l.ip, l.arp = "", false, linkconf.Config{MTU: l.ip.MTU}, nil
 			kept = append(kept, l)
 		}
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/rdma-netns/rdma-netns/pkg/config"
 	"github.com/rdma-netns/rdma-netns/pkg/drarecord"
 	"github.com/rdma-netns/rdma-netns/pkg/inventory"
+	"github.com/rdma-netns/rdma-netns/pkg/linkconf"
 	"github.com/rdma-netns/rdma-netns/pkg/logging"
 	"github.com/rdma-netns/rdma-netns/pkg/rdmadev"
 	"github.com/rdma-netns/rdma-netns/pkg/rdmans"
@@ -83,6 +84,9 @@ type Plugin struct {
 	// Delegate runs host-device in dra mode; nil means the plugins in
 	// CNI_PATH.
 	Delegate Delegate
+	// Links sets up a claimed NIC's IP configuration; nil means the
+	// running kernel.
+	Links Links
 	// DRARecordDir is where dra mode reads the DRA driver's records; ""
 	// means drarecord.DefaultDir, the node's directory. Only tests set
 	// it: the records say which NICs are a pod's, so no runtime, NAD or
@@ -92,6 +96,9 @@ type Plugin struct {
 	// config.DefaultStateDir, the node's directory. Only tests set it: the
 	// plugin runs as root, so no NAD chooses where it writes.
 	StateDir string
+	// Self runs rdma-netns's own verbs for each NIC a "claims" entry
+	// attaches; nil means this binary, executed.
+	Self Self
 }
 
 // stateDir is the node's record directory.
@@ -129,6 +136,9 @@ type call struct {
 	// claimed is the NIC the pod's claim gave this attachment, in dra
 	// mode's ADD.
 	claimed *drarecord.Device
+	// hostLink is the claimed NIC's host IP configuration, read before
+	// host-device moved it, for the record.
+	hostLink *linkconf.Config
 }
 
 // newCall parses the configuration; withResult also converts prevResult,

@@ -17,6 +17,12 @@ func (p *Plugin) Status(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
+	if c.conf.Claims {
+		// An entry of the node's primary network: its STATUS failing
+		// would stop every pod of the node, with or without a claim. A
+		// claim's pod is refused at its ADD instead, saying why.
+		return nil
+	}
 	if err := c.exclusive(); err != nil && !c.conf.AllowSharedMode {
 		return types.NewError(types.ErrPluginNotAvailable, "rdma-netns is not ready", err.Error())
 	}
@@ -38,6 +44,12 @@ func (p *Plugin) GC(args *skel.CmdArgs) error {
 }
 
 func (c *call) gc() error {
+	if c.conf.Claims {
+		// The runtime's GC names the primary network's attachments
+		// only: the claims' attachments (networks "claim-<UID>") go with
+		// each sandbox's DEL.
+		return nil
+	}
 	valid := map[state.Key]bool{}
 	for _, a := range c.conf.ValidAttachments {
 		valid[state.Key{Network: c.conf.Name, ContainerID: a.ContainerID, IfName: a.IfName}] = true

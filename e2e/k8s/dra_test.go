@@ -28,9 +28,11 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/rdma-netns/rdma-netns/e2e/cri/cririg"
+	"github.com/rdma-netns/rdma-netns/e2e/internal/doctorrun"
 	"github.com/rdma-netns/rdma-netns/e2e/internal/rig"
 	"github.com/rdma-netns/rdma-netns/e2e/k8s/cluster"
 	"github.com/rdma-netns/rdma-netns/e2e/k8s/node"
+	"github.com/rdma-netns/rdma-netns/pkg/doctor"
 	"github.com/rdma-netns/rdma-netns/pkg/drarecord"
 )
 
@@ -85,6 +87,7 @@ func TestDRA(t *testing.T) {
 		{"DriverAbsent", d.driverAbsent},
 		{"AliasOfAnother", d.aliasOfAnother},
 		{"AllHome", d.allHome},
+		{"ClaimOnly", d.claimOnly},
 	})
 }
 
@@ -372,11 +375,12 @@ func tokenClient(t *testing.T, token string) kubernetes.Interface {
 func (d *draRig) cleanup() {
 	t := d.t
 	c := ctx(t)
-	for _, name := range []string{draConfPod, "dra-b", "dra-c", "dra-one", "dra-race-1", "dra-race-2", "dra-alias", "dra-victim", "dra-noattach", "dra-nodriver"} {
+	for _, name := range []string{draConfPod, "dra-b", "dra-c", "dra-one", "dra-race-1", "dra-race-2", "dra-alias", "dra-victim", "dra-noattach", "dra-plain", "dra-nodriver", attachConfPod, "attach-b"} {
 		_ = cs.CoreV1().Pods("default").Delete(c, name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
 	}
 	removeChartDRA(t)
 	d.waitDriver(false)
+	removeClaimsEntry(t)
 	_ = cs.ResourceV1().ResourceClaimTemplates("default").Delete(c, draOneTemplate, metav1.DeleteOptions{})
 }
 
@@ -1161,9 +1165,11 @@ func (d *draRig) adminAccessRefused(t *testing.T) {
 // rdma-netns, the attach, absent from the node (its binary moved away):
 // a pod whose claim is allocated and prepared (its record on the node,
 // naming the claim's NIC) gets no sandbox: kubelet's event says the
-// sandbox failed on network rdma-dra, no container ever starts, and its
-// NIC's netdev and RDMA device stay on the host; with the binary back it
-// starts with its NIC.
+// sandbox failed for want of plugin rdma-netns, no container ever starts,
+// and its NIC's netdev and RDMA device stay on the host; with the binary
+// back it starts with its NIC. The chart's claims entry is in the node's
+// primary network, so a plain pod (no claim, no network) fails alike, and
+// the doctor says why; it starts too once the binary is back.
 func (d *draRig) attachAbsent(t *testing.T) {
 	const pod = "dra-noattach"
 	aside := cniBinary + ".e2e-aside"
@@ -1181,8 +1187,24 @@ func (d *draRig) attachAbsent(t *testing.T) {
 	}
 	t.Cleanup(restore)
 	createPod(t, draPod(pod, draOneTemplate, 1, 7))
-	ev := waitEventReason(t, "default", pod, "FailedCreatePodSandBox", draNetwork)
+	const plain = "dra-plain"
+	createPod(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: plain, Namespace: "default"},
+		Spec: corev1.PodSpec{TerminationGracePeriodSeconds: new(int64), Containers: []corev1.Container{unprivilegedTools("tools", "3600")}}})
+	missing := `failed to find plugin "rdma-netns"`
+	ev := waitEventReason(t, "default", pod, "FailedCreatePodSandBox", missing)
 	t.Logf("without the attach: %s: %s", ev.Reason, ev.Message)
+	ev = waitEventReason(t, "default", plain, "FailedCreatePodSandBox", `network "cluster"`, missing)
+	t.Logf("a plain pod without the attach (the claims entry in the primary network): %s: %s", ev.Reason, ev.Message)
+	rep, _, err := doctorrun.JSON(aside)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if i := slices.IndexFunc(rep.Findings, func(f doctor.Finding) bool { return f.Check == "claims-entry" }); i < 0 || rep.Findings[i].Severity != doctor.Fail ||
+		!strings.Contains(rep.Findings[i].Reason, "every pod sandbox on this node fails") {
+		t.Errorf("the doctor's claims-entry finding without the binary: %+v", rep.Findings)
+	} else {
+		t.Logf("doctor: %s %s: %s", rep.Findings[i].Severity, rep.Findings[i].Check, rep.Findings[i].Reason)
+	}
 	claim, nics := d.claimNICs(t, pod)
 	d.recordNames(t, pod, claim, nics)
 	for i := 0; i < 10; i++ {
@@ -1201,6 +1223,8 @@ func (d *draRig) attachAbsent(t *testing.T) {
 	restore()
 	back := time.Now()
 	waitRunning(t, "default", pod, 5*time.Minute)
+	waitRunning(t, "default", plain, 5*time.Minute)
+	deletePod(t, "default", plain, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
 	t.Logf("%s Running %s after the binary was back:\n%s", pod, time.Since(back).Round(time.Second), eventTimeline(t, "default", pod, back.Add(-time.Minute)))
 	d.holds(t, pod, 1)
 	deletePod(t, "default", pod, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})

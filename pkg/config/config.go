@@ -103,6 +103,12 @@ type NetConf struct {
 	DRA *DRA `json:"dra,omitempty"`
 	// IPAM is passed as it is to host-device in dra mode.
 	IPAM json.RawMessage `json:"ipam,omitempty"`
+	// Claims, when set, makes this entry of the node's primary network
+	// attach, after the primary plugin, every NIC of the pod's claims
+	// whose configuration asks for it (a claim alone: no NAD, no Multus).
+	// Each NIC's names and addresses come from its claim, so the entry
+	// takes nothing that picks or names a device.
+	Claims bool `json:"claims,omitempty"`
 
 	// StateDir is never used: the records are written in the node's
 	// directory (DefaultStateDir). A network that names another is
@@ -372,6 +378,11 @@ func (c *NetConf) validate() error {
 			errs = append(errs, fmt.Errorf("dra.index %d is out of range 0-%d", *d.Index, maxDRAIndex))
 		}
 	}
+	if c.Claims {
+		if set := c.deviceSettings(); len(set) > 0 {
+			errs = append(errs, fmt.Errorf("\"claims\" takes each NIC and its names from the pod's claims, so it cannot be combined with %s; remove them", strings.Join(set, ", ")))
+		}
+	}
 	if !logLevels[strings.ToLower(c.LogLevel)] {
 		errs = append(errs, fmt.Errorf("logLevel %q is not one of error, warn, info, debug", c.LogLevel))
 	}
@@ -384,6 +395,26 @@ func (c *NetConf) validate() error {
 		return fmt.Errorf("invalid rdma-netns configuration: %w", errors.Join(errs...))
 	}
 	return nil
+}
+
+// deviceSettings are the keys set that pick a device, name it in the
+// pod or give it addresses: what a "claims" entry leaves to the claims.
+func (c *NetConf) deviceSettings() []string {
+	var set []string
+	for _, f := range []struct {
+		key string
+		on  bool
+	}{
+		{"dra", c.DRA != nil}, {"rdmaDevice", c.RdmaDevice != ""}, {"deviceID", c.DeviceID != ""},
+		{"pciBusID", c.PCIBusID != ""}, {"rdmaDevName", c.RdmaDevName != ""}, {"rdmaQoS", c.RdmaQoS != nil},
+		{"allowedPodDevices", len(c.AllowedPodDevices) > 0}, {"podRdmaDevNamePrefix", c.PodRdmaDevNamePrefix != ""},
+		{"ipam", len(c.IPAM) > 0},
+	} {
+		if f.on {
+			set = append(set, f.key)
+		}
+	}
+	return set
 }
 
 func errBadName(field, val string) error {

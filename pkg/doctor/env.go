@@ -61,6 +61,10 @@ type Env struct {
 	// DRADir holds the records of rdma-netns-dra (drarecord.DefaultDir);
 	// "" leaves the DRA check out.
 	DRADir string
+	// CNIConfDir and CNIBinDir are the runtime's CNI configuration and
+	// plugin directories, for the claims entry; "" CNIConfDir leaves
+	// that check out.
+	CNIConfDir, CNIBinDir string
 }
 
 // RealEnv is the running node, with sysfs read at sysfsRoot.
@@ -80,6 +84,8 @@ func RealEnv(sysfsRoot, stateDir string) *Env {
 		NRILock:      "/var/run/nri/rdma-netns-nri.lock",
 		TaskDir:      "/run/containerd/io.containerd.runtime.v2.task/k8s.io",
 		NetIn:        railNetIn,
+		CNIConfDir:   "/etc/cni/net.d",
+		CNIBinDir:    "/opt/cni/bin",
 	}
 }
 

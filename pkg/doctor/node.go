@@ -63,6 +63,7 @@ func nodeChecks(e *Env, fs *Findings) *NodeView {
 	}
 	n.Reservations = res
 	persistFindings(fs, n.NetnsMode, n.Persistent, n.PersistentMode)
+	claimsEntryFindings(fs, e, e.draRecords())
 	if modeErr == nil {
 		n.NRI = nriFindings(fs, e, mode)
 	}

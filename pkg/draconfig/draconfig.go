@@ -34,7 +34,7 @@ const (
 	Kind       = "NICConfig"
 	// AddressesHost carries the NIC's host addresses and routes into the
 	// pod and back to the host when it comes home.
-	AddressesHost = "host"
+	AddressesHost = drarecord.AddressesHost
 	// maxInterfaceName is the kernel's IFNAMSIZ less its NUL.
 	maxInterfaceName = 15
 	// maxRoutes bounds a static IPAM's lists; the API server already

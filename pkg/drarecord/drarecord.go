@@ -63,6 +63,12 @@ type Claim struct {
 	PodNamespace string   `json:"podNamespace"`
 	PodName      string   `json:"podName"`
 	Devices      []Device `json:"devices"`
+	// Attach is set when the claim or its class configures this driver
+	// (a NICConfig): the claim alone gives its NICs to the pod, and the
+	// "claims" entry of the node's primary network attaches them when the
+	// pod's sandbox is made. A claim without one is attached by a NAD's
+	// dra mode.
+	Attach bool `json:"attach,omitempty"`
 }
 
 // Device is one allocation result of this driver.
@@ -97,6 +103,10 @@ type NIC struct {
 	Addresses     string          `json:"addresses,omitempty"`
 	IPAM          json.RawMessage `json:"ipam,omitempty"`
 }
+
+// AddressesHost is NIC.Addresses asking for the NIC's host addresses
+// and routes, carried into the pod and back.
+const AddressesHost = "host"
 
 // QoS is the RoCE type of service and traffic class in the pod.
 type QoS struct {

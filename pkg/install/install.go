@@ -31,6 +31,8 @@ import (
 
 const usage = `Usage: rdma-netns install [--dest DIR] [--name NAME] [--then-wait]
                           [--nri PATH [--nri-plugin-dir DIR] [--nri-conf-dir DIR] [--nri-index NN] [-- NRI-FLAGS...]]
+                          [--claims-entry [--cni-conf-dir DIR]]
+       rdma-netns install --remove-claims-entry [--name NAME] [--cni-conf-dir DIR]
 
 Copies this binary into the CNI bin directory DIR as NAME, atomically: it
 writes a temporary file in DIR, syncs it, checks that it answers CNI VERSION,
@@ -45,8 +47,17 @@ Both are written the same way (temporary file, synced, renamed), after the
 copy has checked the configuration; a copy under another index is removed.
 The runtime runs the new copy from its next start on.
 
+With --claims-entry it then appends {"type": NAME, "claims": true} to the
+plugins of the node's primary network (the first configuration in DIR by
+name, or with Multus the first after Multus's own): the entry that gives
+pods the NICs of their claims when the claim alone asks for them. The file
+is rewritten atomically, everything else in it kept; a .conf file (one
+plugin, no chain) is refused. --remove-claims-entry takes it out again.
+
 With --then-wait it then sleeps until SIGTERM or SIGINT and exits 0: the
-long-running container of a DaemonSet that only installs.
+long-running container of a DaemonSet that only installs. With
+--claims-entry it puts the entry back whenever the primary network's file
+is written again without it (every 10 s).
 
 Flags:
 `
@@ -59,6 +70,13 @@ type Options struct {
 	// NRI is the NRI plugin to install ("" for none) and where; its
 	// Flags are the arguments after the install flags.
 	NRI NRI
+	// ClaimsEntry appends the plugin's claims entry to the node's
+	// primary network in CNIConfDir once the binary is in place (and,
+	// with ThenWait, puts it back whenever that file loses it);
+	// RemoveClaimsEntry takes it out instead of installing.
+	ClaimsEntry       bool
+	RemoveClaimsEntry bool
+	CNIConfDir        string
 }
 
 // FlagSet returns the flags of `rdma-netns install` bound to o, with the
@@ -72,6 +90,9 @@ func FlagSet(o *Options) *flag.FlagSet {
 	fl.StringVar(&o.NRI.PluginDir, "nri-plugin-dir", "/opt/nri/plugins", "the runtime's NRI plugin `DIR` (containerd: plugin_path; in a DaemonSet: where the host's is mounted)")
 	fl.StringVar(&o.NRI.ConfDir, "nri-conf-dir", "/etc/nri/conf.d", "the runtime's NRI plugin configuration `DIR` (containerd: plugin_config_path)")
 	fl.StringVar(&o.NRI.Index, "nri-index", "10", "the NRI plugin's two-digit index `NN`: its file is NN-rdma-netns-nri")
+	fl.BoolVar(&o.ClaimsEntry, "claims-entry", false, "after installing, append the claims entry (pods' NICs by claim alone) to the node's primary network in --cni-conf-dir; with --then-wait, put it back whenever that file loses it")
+	fl.BoolVar(&o.RemoveClaimsEntry, "remove-claims-entry", false, "take the claims entry out of the node's primary network, and install nothing")
+	fl.StringVar(&o.CNIConfDir, "cni-conf-dir", "/etc/cni/net.d", "the runtime's CNI configuration `DIR` (in a DaemonSet: where the host's is mounted)")
 	return fl
 }
 
@@ -92,6 +113,9 @@ func Main(args []string, version string, stdout, stderr io.Writer) int {
 	if o.NRI.Src != "" && !nriIndex().MatchString(o.NRI.Index) {
 		fmt.Fprintf(stderr, "rdma-netns install: --nri-index %q must be two digits\n", o.NRI.Index)
 		return 2
+	}
+	if o.RemoveClaimsEntry {
+		return removeClaimsEntry(o, stdout, stderr)
 	}
 	self, err := os.Executable()
 	if err != nil {
@@ -114,10 +138,76 @@ func Main(args []string, version string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "installed %s and %s (%s); the runtime runs it from its next start\n",
 			filepath.Join(o.NRI.PluginDir, name), filepath.Join(o.NRI.ConfDir, name+".conf"), settings)
 	}
+	if o.ClaimsEntry {
+		// Only now: the entry names the binary, and a chain naming a
+		// missing plugin fails every pod of the node.
+		if code := ensureClaimsEntry(o, stdout, stderr); code != 0 {
+			return code
+		}
+	}
 	if o.ThenWait {
-		waitForSignal()
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+		defer stop()
+		if o.ClaimsEntry {
+			keepClaimsEntry(ctx, o, stdout, stderr)
+		}
+		<-ctx.Done()
 	}
 	return 0
+}
+
+func ensureClaimsEntry(o Options, stdout, stderr io.Writer) int {
+	path, changed, err := EnsureClaimsEntry(o.CNIConfDir, o.Name)
+	if err != nil {
+		fmt.Fprintf(stderr, "rdma-netns install: the claims entry: %v\n", err)
+		return 1
+	}
+	if changed {
+		fmt.Fprintf(stdout, "appended the claims entry (type %s) to %s\n", o.Name, path)
+	}
+	return 0
+}
+
+func removeClaimsEntry(o Options, stdout, stderr io.Writer) int {
+	path, changed, err := RemoveClaimsEntry(o.CNIConfDir, o.Name)
+	if err != nil {
+		fmt.Fprintf(stderr, "rdma-netns install: the claims entry: %v\n", err)
+		return 1
+	}
+	if changed {
+		fmt.Fprintf(stdout, "took the claims entry out of %s\n", path)
+	} else {
+		fmt.Fprintf(stdout, "%s has no claims entry\n", path)
+	}
+	return 0
+}
+
+// claimsEntryRepair is how often keepClaimsEntry looks: a node's CNI may
+// write its configuration again (its agent restarted), without the entry.
+var claimsEntryRepair = 10 * time.Second
+
+// keepClaimsEntry puts the entry back until ctx ends. A sandbox made
+// while the entry is out gets none of its claims' NICs: the entry is what
+// attaches them (the claim's containers are not yet refused then: left
+// for the claim's CDI check).
+func keepClaimsEntry(ctx context.Context, o Options, stdout, stderr io.Writer) {
+	go func() {
+		t := time.NewTicker(claimsEntryRepair)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				// Only beside the binary it names: an entry put back
+				// without it would fail every pod of the node.
+				if !executable(filepath.Join(o.Dest, o.Name)) {
+					continue
+				}
+				ensureClaimsEntry(o, stdout, stderr)
+			}
+		}
+	}()
 }
 
 // parse is cli.Parse (pkg/cli), except that the arguments after the
@@ -136,14 +226,6 @@ func parse(fl *flag.FlagSet, o *Options, args []string, stderr io.Writer) (int, 
 		return 2, false
 	}
 	return 0, true
-}
-
-// waitForSignal returns when the process is asked to stop; the kubelet
-// sends SIGTERM when it deletes the pod.
-func waitForSignal() {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	<-ctx.Done()
 }
 
 // Install copies the executable src to dir/name atomically and returns the
@@ -277,4 +359,10 @@ func syncDir(dir string) error {
 	}
 	defer d.Close()
 	return d.Sync()
+}
+
+// executable reports whether path is a regular file someone may run.
+func executable(path string) bool {
+	st, err := os.Stat(path)
+	return err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0
 }

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/rdma-netns/rdma-netns/pkg/linkconf"
 )
 
 // SchemaVersion is written into every record. A reader that finds another
@@ -47,6 +49,10 @@ type Record struct {
 	HostNetdev   string `json:"hostNetdev,omitempty"`
 	NetdevParent string `json:"netdevParent,omitempty"`
 	State        string `json:"state"`
+	// HostLink is the NIC's IP configuration in the host before ADD,
+	// when its claim carried the host's addresses into the pod: DEL gives
+	// it back once the NIC is home.
+	HostLink *linkconf.Config `json:"hostLink,omitempty"`
 	// QoS is set when rdmaQoS was applied, so DEL knows to clean it up.
 	QoS bool `json:"qos,omitempty"`
 	// K8sNamespace and K8sPod are the pod the runtime named in CNI_ARGS,

@@ -219,7 +219,7 @@ func (d *Driver) prepare(c *resourceapi.ResourceClaim, b *batch) (*drarecord.Cla
 	}
 	// The claim's configuration is checked before anything is recorded:
 	// a bad key fails the pod's start with its message, and no NIC moves.
-	configs, err := resolveConfig(c, results)
+	configs, attach, err := resolveConfig(c, results)
 	if err != nil {
 		return nil, err
 	}
@@ -246,6 +246,7 @@ func (d *Driver) prepare(c *resourceapi.ResourceClaim, b *batch) (*drarecord.Cla
 		PodUID:         string(pod.UID),
 		PodNamespace:   c.Namespace,
 		PodName:        pod.Name,
+		Attach:         attach,
 	}
 	if len(results) > 0 && b.visible == nil {
 		b.visible, err = d.scan()
@@ -296,10 +297,13 @@ func (d *Driver) prepare(c *resourceapi.ResourceClaim, b *batch) (*drarecord.Cla
 
 // resolveConfig is what each of the claim's NICs of this driver becomes
 // in the pod, from the opaque configuration of this driver its class and
-// the claim give (package draconfig), in results' order.
-func resolveConfig(c *resourceapi.ResourceClaim, results []resourceapi.DeviceRequestAllocationResult) ([]draconfig.NIC, error) {
+// the claim give (package draconfig), in results' order; attach says
+// whether any was given: such a claim gives its NICs to the pod by
+// itself, through the "claims" entry of the node's primary network,
+// where a claim without one is attached by a NAD's dra mode.
+func resolveConfig(c *resourceapi.ResourceClaim, results []resourceapi.DeviceRequestAllocationResult) (nics []draconfig.NIC, attach bool, err error) {
 	if len(results) == 0 {
-		return nil, nil
+		return nil, false, nil
 	}
 	var entries []draconfig.Entry
 	for _, cfg := range c.Status.Allocation.Devices.Config {
@@ -316,11 +320,11 @@ func resolveConfig(c *resourceapi.ResourceClaim, results []resourceapi.DeviceReq
 	for i, r := range results {
 		rs[i] = draconfig.Result{Request: r.Request, Device: r.Device}
 	}
-	nics, err := draconfig.Resolve(entries, rs)
+	nics, err = draconfig.Resolve(entries, rs)
 	if err != nil {
-		return nil, fmt.Errorf("the configuration of %s: %w", drarecord.DriverName, err)
+		return nil, false, fmt.Errorf("the configuration of %s: %w", drarecord.DriverName, err)
 	}
-	return nics, nil
+	return nics, len(entries) > 0, nil
 }
 
 // rdmaNamesFree refuses an RDMA device name in the pod that another device

@@ -390,6 +390,27 @@ func TestPrepareRecordsConfig(t *testing.T) {
 	if r1 == nil || r1.InterfaceName != "net2" || r1.RdmaDevName != "" || *r1.RdmaQoS.ToS != 106 {
 		t.Errorf("rail1's config in the record: %+v", r1)
 	}
+	if !rec.Attach {
+		t.Errorf("a claim configured for the driver is recorded without attach: the primary network's claims entry would pass its pod by")
+	}
+}
+
+// A claim that configures nothing of the driver is a NAD's to attach (dra
+// mode): its record does not ask the primary network's claims entry to.
+func TestPrepareNoConfigNoAttach(t *testing.T) {
+	sys := fakesys.New(t)
+	dir := drarecord.Dir(t.TempDir())
+	c := claim("claim-n1", []string{"pod-n1"}, result{drarecord.DriverName, "rail0", fakesys.MlxDevice})
+	if r := prepare(t, newDriver(sys.Root, dir), c); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	rec, _, err := dir.Load("claim-n1")
+	if err != nil || rec == nil {
+		t.Fatalf("record %+v, err %v", rec, err)
+	}
+	if rec.Attach {
+		t.Errorf("a claim with no configuration of the driver is recorded with attach: both the NAD and the claims entry would attach it")
+	}
 }
 
 // A bad configuration fails the claim's Prepare with a message naming the

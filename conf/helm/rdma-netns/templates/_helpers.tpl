@@ -69,6 +69,9 @@ same limits whichever instance serves it.
 {{/* The init container's command: install the plugin, and the NRI plugin with its flags. */}}
 {{- define "rdma-netns.installCommand" -}}
 {{- $cmd := list "/rdma-netns" "install" "--dest" (include "rdma-netns.hostMount" .Values.cniBinDir) -}}
+{{- if include "rdma-netns.claimsEntry" . -}}
+{{- $cmd = concat $cmd (list "--claims-entry" "--cni-conf-dir" (include "rdma-netns.hostMount" .Values.cniConfDir)) -}}
+{{- end -}}
 {{- if and .Values.nri.enabled .Values.nri.preinstalled -}}
 {{- $cmd = concat $cmd (list "--nri" "/rdma-netns-nri" "--nri-plugin-dir" (include "rdma-netns.hostMount" .Values.nri.pluginDir) "--nri-conf-dir" (include "rdma-netns.hostMount" .Values.nri.confDir) "--nri-index" (toString .Values.nri.index) "--") (include "rdma-netns.nriFlags" . | fromJsonArray) -}}
 {{- end -}}
@@ -130,4 +133,9 @@ projected:
           - path: namespace
             fieldRef:
               fieldPath: metadata.namespace
+{{- end -}}
+
+{{/* "true" when the installer keeps the claims entry in the node's primary network. */}}
+{{- define "rdma-netns.claimsEntry" -}}
+{{- if and .Values.dra.enabled .Values.dra.claimsEntry -}}true{{- end -}}
 {{- end -}}

@@ -1,0 +1,350 @@
+//go:build e2e
+
+package k8s
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/rdma-netns/rdma-netns/e2e/cri/cririg"
+	"github.com/rdma-netns/rdma-netns/e2e/internal/rig"
+	"github.com/rdma-netns/rdma-netns/e2e/k8s/node"
+	"github.com/rdma-netns/rdma-netns/pkg/config"
+	"github.com/rdma-netns/rdma-netns/pkg/linkconf"
+	"github.com/rdma-netns/rdma-netns/pkg/state"
+)
+
+// What conf's claim-only examples name (conf/dra-claimtemplate-attach.yaml,
+// conf/pod-dra-attach.yaml).
+const (
+	attachConfPod  = "rdma-attach-0"
+	attachTemplate = "rdma-rails-2"
+	// attachSubnet is the one subnet the rig's "node network
+	// configuration" puts the four NICs on (NIC i: .i+1), with a route to
+	// 10.250.i.0/24 through .254 and a source-routing table 150+i.
+	attachSubnet = "10.100.50"
+)
+
+// claimOnly: conf's claim-only template and pod, applied as shipped, and a
+// second pod of the same template, written with nothing but the claim:
+// no NAD, no networks annotation. Each pod's sandbox gets its two NICs as
+// rail0 and rail1 with the addresses and routes they had on the host, its
+// RDMA devices, and ib_write_bw runs between the pods on each rail; once
+// the pods are deleted every NIC is home with exactly the host
+// configuration it had (addresses, routes of every table, MTU, up), and
+// no record is left.
+func (d *draRig) claimOnly(t *testing.T) {
+	waitNICsHome(t, d.nics)
+	before := d.configureHostNICs(t)
+	applyManifest(t, "dra-claimtemplate-attach")
+	t.Cleanup(func() {
+		_ = cs.ResourceV1().ResourceClaimTemplates("default").Delete(ctx(t), attachTemplate, metav1.DeleteOptions{})
+	})
+	applyManifest(t, "pod-dra-attach")
+	second := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "attach-b", Namespace: "default"},
+		Spec: corev1.PodSpec{
+			TerminationGracePeriodSeconds: new(int64),
+			ResourceClaims:                []corev1.PodResourceClaim{{Name: "rails", ResourceClaimTemplateName: new(attachTemplate)}},
+			Containers:                    []corev1.Container{unprivilegedTools("tools", "3600")},
+		},
+	}
+	second.Spec.Containers[0].Resources.Claims = []corev1.ResourceClaim{{Name: "rails"}}
+	createPod(t, second)
+	start := time.Now()
+	waitRunning(t, "default", attachConfPod, 4*time.Minute)
+	waitRunning(t, "default", "attach-b", 4*time.Minute)
+	t.Logf("both claim-only pods Running %s after their creation", time.Since(start).Round(time.Second))
+	a := d.railsHold(t, attachConfPod, before)
+	b := d.railsHold(t, "attach-b", before)
+	for i := range a {
+		srv := rig.Peer{Run: execRunner("default", attachConfPod, "app"), Dev: a[i].RDMA, IP: hostAddr(before, a[i])}
+		cli := rig.Peer{Run: execRunner("default", "attach-b", "tools"), Dev: b[i].RDMA, IP: hostAddr(before, b[i])}
+		bw, err := rig.WriteBWBetween(ctx(t), srv, cli, 65536, 100)
+		if err != nil {
+			t.Fatalf("rail%d: %v\n%s", i, err, attachDiag(t, attachConfPod, "attach-b"))
+		}
+		t.Logf("ib_write_bw attach-b rail%d (%s) -> %s rail%d (%s): %d iters of %d bytes, average %.2f MB/s",
+			i, b[i].RDMA, attachConfPod, i, a[i].RDMA, bw.Iters, bw.Bytes, bw.AverageMBps)
+	}
+	deletePods(t, "default", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}, attachConfPod, "attach-b")
+	var away []string
+	if err := cririg.Wait(time.Minute, "the claim-only pods' NICs home", func() (bool, error) {
+		var err error
+		away, err = rig.Missing(d.nics)
+		return len(away) == 0 && err == nil, err
+	}); err != nil {
+		links, _ := exec.Command(rig.IPTool, "-br", "link").CombinedOutput()
+		var dels []string
+		for _, l := range strings.Split(multusLog(ctx(t)), "\n") {
+			if strings.Contains(l, "DEL") || strings.Contains(l, "Del") || strings.Contains(l, "rdma-netns") {
+				dels = append(dels, l)
+			}
+		}
+		if len(dels) > 40 {
+			dels = dels[len(dels)-40:]
+		}
+		recs, _ := exec.Command("sh", "-c", "ls -l /var/lib/cni/rdma-netns; head -c 3000 /var/lib/cni/rdma-netns/*").CombinedOutput()
+		t.Fatalf("%v; still away: %v\nthe host's links:\n%s\nthe claims entry's log (last 60 lines):\n%s\nMultus's DEL lines:\n%s\nrecords:\n%s",
+			err, away, links, node.Tail("/var/log/rdma-netns/claims.log", 60), strings.Join(dels, "\n"), recs)
+	}
+	var now map[string]linkconf.Config
+	if err := cririg.Wait(time.Minute, "every NIC's host configuration as before the pods", func() (bool, error) {
+		now = hostConfigs(t, d.nics)
+		return reflect.DeepEqual(now, before), nil
+	}); err != nil {
+		t.Fatalf("%v:\nnow    %+v\nbefore %+v", err, now, before)
+	}
+	waitNoClaimRecords(t)
+	waitNoAttachRecords(t)
+	d.sliceUnchanged(t, "the claim-only pods deleted")
+	d.claimOnlyWithoutMultus(t, before)
+}
+
+// claimOnlyWithoutMultus: the node without Multus (its 00-multus.conf
+// set aside, so containerd runs the primary network, ptp and the claims
+// entry, itself): conf's claim-only pod runs the same, its sandbox made
+// by ptp and rdma-netns with no multus-shim call, and once deleted its
+// NICs are home with their host configuration. Multus is back after.
+func (d *draRig) claimOnlyWithoutMultus(t *testing.T, before map[string]linkconf.Config) {
+	aside := node.MultusConf + ".e2e-aside"
+	if err := os.Rename(node.MultusConf, aside); err != nil {
+		t.Fatal(err)
+	}
+	restored := false
+	restore := func() {
+		if restored {
+			return
+		}
+		restored = true
+		if err := os.Rename(aside, node.MultusConf); err != nil {
+			t.Errorf("put %s back: %v", node.MultusConf, err)
+			return
+		}
+		waitCNIConfig(t, true)
+	}
+	t.Cleanup(restore)
+	waitCNIConfig(t, false)
+	start := time.Now()
+	applyManifest(t, "pod-dra-attach")
+	waitRunning(t, "default", attachConfPod, 4*time.Minute)
+	t.Logf("without Multus: %s Running %s after its creation", attachConfPod, time.Since(start).Round(time.Second))
+	sb := sandboxOf(t, "default", attachConfPod).Id
+	for plugin, want := range map[string]bool{"multus-shim": false, "ptp": true, "rdma-netns": true} {
+		exits, err := cririg.Exits(plugin, "ADD", sb)
+		if err != nil || (len(exits) > 0) != want || slices.ContainsFunc(exits, func(e string) bool { return e != "rc=0" }) {
+			t.Errorf("without Multus: containerd's %s ADD of the sandbox exited %v (%v), want ran %v, rc=0", plugin, exits, err, want)
+		}
+	}
+	d.railsHold(t, attachConfPod, before)
+	deletePod(t, "default", attachConfPod, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+	if err := cririg.Wait(time.Minute, "the NICs home with their host configuration, without Multus", func() (bool, error) {
+		away, err := rig.Missing(d.nics)
+		return err == nil && len(away) == 0 && reflect.DeepEqual(hostConfigs(t, d.nics), before), nil
+	}); err != nil {
+		t.Fatalf("%v:\nnow    %+v\nbefore %+v\nthe claims entry's log:\n%s", err, hostConfigs(t, d.nics), before, node.Tail("/var/log/rdma-netns/claims.log", 30))
+	}
+	waitNoAttachRecords(t)
+	restore()
+}
+
+// waitCNIConfig waits for containerd's loaded CNI configuration (its CRI
+// status) to run Multus for pods (multus true) or not.
+func waitCNIConfig(t *testing.T, multus bool) {
+	t.Helper()
+	if err := cririg.Wait(time.Minute, fmt.Sprintf("containerd's CNI configuration with Multus %v", multus), func() (bool, error) {
+		st, err := ctd.Runtime.Status(ctx(t), &runtimeapi.StatusRequest{Verbose: true})
+		if err != nil {
+			return false, err
+		}
+		return strings.Contains(st.Info["cniconfig"], "multus-shim") == multus, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// configureHostNICs gives each of the driver's NICs what a node's
+// network configuration gives a rail NIC: up, an address on the rail
+// subnet, a route through the rail's gateway and a table of its own; the
+// step's cleanup takes them away again. It returns each NIC's
+// configuration, by netdev.
+func (d *draRig) configureHostNICs(t *testing.T) map[string]linkconf.Config {
+	t.Helper()
+	for i, n := range d.nics {
+		for _, argv := range [][]string{
+			{"link", "set", "dev", n.Netdev, "up"},
+			{"addr", "add", fmt.Sprintf("%s.%d/24", attachSubnet, i+1), "dev", n.Netdev},
+			{"route", "add", fmt.Sprintf("10.250.%d.0/24", i), "via", attachSubnet + ".254", "dev", n.Netdev},
+			{"route", "add", "default", "via", attachSubnet + ".254", "dev", n.Netdev, "table", fmt.Sprint(150 + i)},
+		} {
+			if out, err := exec.Command(rig.IPTool, argv...).CombinedOutput(); err != nil {
+				t.Fatalf("ip %s: %v\n%s", strings.Join(argv, " "), err, out)
+			}
+		}
+	}
+	t.Cleanup(func() {
+		for _, n := range d.nics {
+			_ = exec.Command(rig.IPTool, "addr", "flush", "dev", n.Netdev).Run()
+			_ = exec.Command(rig.IPTool, "link", "set", "dev", n.Netdev, "down").Run()
+		}
+	})
+	cfg := hostConfigs(t, d.nics)
+	for _, n := range d.nics {
+		if c := cfg[n.Netdev]; !c.Up || len(c.Addrs) != 1 || len(c.Routes) != 2 {
+			t.Fatalf("%s in the host: %+v, want up with one address and two routes", n.Netdev, c)
+		}
+	}
+	return cfg
+}
+
+// hostConfigs reads each NIC's configuration in the host.
+func hostConfigs(t *testing.T, nics []rig.NIC) map[string]linkconf.Config {
+	t.Helper()
+	out := map[string]linkconf.Config{}
+	for _, n := range nics {
+		c, err := linkconf.Read(n.Netdev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[n.Netdev] = c
+	}
+	return out
+}
+
+// hostAddr is the address nic had on the host, without its prefix.
+func hostAddr(cfg map[string]linkconf.Config, nic rig.NIC) string {
+	a, _, _ := strings.Cut(cfg[nic.Netdev].Addrs[0].CIDR, "/")
+	return a
+}
+
+// railsHold checks the running claim-only pod: rail<k> is its claim's
+// k-th NIC, with that NIC's RDMA device in the pod's netns (and no other),
+// its host address and route, and the ARP settings of the template; it
+// returns the NICs.
+func (d *draRig) railsHold(t *testing.T, pod string, host map[string]linkconf.Config) []rig.NIC {
+	t.Helper()
+	claim, nics := d.claimNICs(t, pod)
+	if len(nics) != 2 {
+		t.Fatalf("pod %s: claim %s holds %d NICs, want 2", pod, claim, len(nics))
+	}
+	netns := mustNetns(t, "default", pod)
+	byName, err := rig.NICsByNameIn(d.nics, netns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for i, nic := range nics {
+		iface := fmt.Sprintf("rail%d", i)
+		if got, ok := byName[iface]; !ok || got != nic {
+			t.Errorf("pod %s: %s is %+v, want the claim's NIC %d, %s (%s)", pod, iface, got, i, nic.Netdev, nic.PCI)
+		}
+		out, err := exec.Command("nsenter", "--net="+netns, "sh", "-c",
+			fmt.Sprintf("%[1]s -4 -o addr show dev %[2]s; %[1]s route show dev %[2]s; cat /proc/sys/net/ipv4/conf/%[2]s/arp_ignore /proc/sys/net/ipv4/conf/%[2]s/arp_announce", rig.IPTool, iface)).CombinedOutput()
+		if err != nil {
+			t.Fatalf("pod %s: %s: %v\n%s", pod, iface, err, out)
+		}
+		route := fmt.Sprintf("10.250.%d.0/24 via %s.254", slicesIndex(d.nics, nic), attachSubnet)
+		if s := string(out); !strings.Contains(s, host[nic.Netdev].Addrs[0].CIDR) || !strings.Contains(s, route) || !strings.HasSuffix(strings.TrimSpace(s), "1\n2") {
+			t.Errorf("pod %s: %s has\n%s\nwant %s's host address %s, its route %s and arp_ignore 1, arp_announce 2", pod, iface, s, nic.Netdev, host[nic.Netdev].Addrs[0].CIDR, route)
+		}
+		want = append(want, nic.RDMA)
+		if rig.HostHas(t, nic.RDMA) {
+			t.Errorf("pod %s: %s is still on the node", pod, nic.RDMA)
+		}
+	}
+	in, err := rig.RDMAIn(netns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sameSet(in, want) {
+		t.Errorf("pod %s: RDMA devices %v in its netns, want %v", pod, in, want)
+	}
+	t.Logf("pod %s: claim %s: rail0=%s(%s) rail1=%s(%s), with their host addresses", pod, claim, nics[0].Netdev, nics[0].RDMA, nics[1].Netdev, nics[1].RDMA)
+	return nics
+}
+
+func slicesIndex(nics []rig.NIC, n rig.NIC) int {
+	for i, m := range nics {
+		if m == n {
+			return i
+		}
+	}
+	return -1
+}
+
+func sameSet(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	seen := map[string]int{}
+	for _, s := range a {
+		seen[s]++
+	}
+	for _, s := range b {
+		if seen[s]--; seen[s] < 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// waitNoAttachRecords waits for the plugin to hold no record of a claim's
+// attachment (network claim-<UID>).
+func waitNoAttachRecords(t *testing.T) {
+	t.Helper()
+	var left []string
+	if err := cririg.Wait(time.Minute, "no record of a claim's attachment", func() (bool, error) {
+		st, err := state.Open(config.DefaultStateDir)
+		if err != nil {
+			return false, err
+		}
+		recs, err := st.List()
+		if err != nil {
+			return false, err
+		}
+		left = nil
+		for _, r := range recs {
+			if strings.HasPrefix(r.Network, "claim-") {
+				left = append(left, r.Network+"/"+r.IfName)
+			}
+		}
+		return len(left) == 0, nil
+	}); err != nil {
+		t.Errorf("%v: %v", err, left)
+	}
+}
+
+// attachDiag is both pods' addresses, neighbours, routes and ARP settings.
+func attachDiag(t *testing.T, pods ...string) string {
+	var s []string
+	for _, p := range pods {
+		out, _ := exec.Command("nsenter", "--net="+mustNetns(t, "default", p), "sh", "-c",
+			`ip=`+rig.IPTool+`; $ip -br addr; $ip neigh; $ip route; for c in /proc/sys/net/ipv4/conf/rail*; do echo "${c##*/} arp_ignore $(cat $c/arp_ignore) arp_announce $(cat $c/arp_announce)"; done`).CombinedOutput()
+		s = append(s, p+":\n"+string(out))
+	}
+	return strings.Join(s, "\n")
+}
+
+// removeClaimsEntry takes the claims entry out of the node's primary
+// network, as the docs tell an operator to after turning dra.claimsEntry
+// off (the chart leaves it, naming the binary it also leaves): the tests
+// after TestDRA find the node's network as they expect it.
+func removeClaimsEntry(t *testing.T) {
+	t.Helper()
+	out, err := exec.Command("/opt/cni/bin/rdma-netns", "install", "--remove-claims-entry").CombinedOutput()
+	if err != nil {
+		t.Errorf("rdma-netns install --remove-claims-entry: %v\n%s", err, out)
+		return
+	}
+	t.Logf("%s", strings.TrimSpace(string(out)))
+}
