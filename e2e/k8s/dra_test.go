@@ -571,6 +571,15 @@ func podClaim(t *testing.T, ns, pod, claim string) *resourceapi.ResourceClaim {
 // left on the node; it returns the NICs.
 func (d *draRig) holds(t *testing.T, pod string, n int) []rig.NIC {
 	t.Helper()
+	claim, nics, _ := d.holdsAs(t, pod, n, func(i int) string { return fmt.Sprintf("net%d", i+1) })
+	t.Logf("pod %s: claim %s: %s", pod, claim, nicsText(nics))
+	return nics
+}
+
+// holdsAs is holds with the claim's i-th NIC called ifName(i) in the pod;
+// it returns the claim, its NICs and the pod's netns.
+func (d *draRig) holdsAs(t *testing.T, pod string, n int, ifName func(int) string) (string, []rig.NIC, string) {
+	t.Helper()
 	claim, nics := d.claimNICs(t, pod)
 	if len(nics) != n {
 		t.Fatalf("pod %s: claim %s holds %d NICs, want %d", pod, claim, len(nics), n)
@@ -582,7 +591,7 @@ func (d *draRig) holds(t *testing.T, pod string, n int) []rig.NIC {
 	}
 	var want []string
 	for i, nic := range nics {
-		iface := fmt.Sprintf("net%d", i+1)
+		iface := ifName(i)
 		if got, ok := byName[iface]; !ok || got != nic {
 			t.Errorf("pod %s: %s is %+v, want the claim's NIC %d, %s (%s)", pod, iface, got, i, nic.Netdev, nic.PCI)
 		}
@@ -600,8 +609,7 @@ func (d *draRig) holds(t *testing.T, pod string, n int) []rig.NIC {
 	if !slices.Equal(in, want) {
 		t.Errorf("pod %s: RDMA devices %v in its netns, want %v", pod, in, want)
 	}
-	t.Logf("pod %s: claim %s: %s", pod, claim, nicsText(nics))
-	return nics
+	return claim, nics, netns
 }
 
 func nicsText(nics []rig.NIC) string {
@@ -1560,11 +1568,15 @@ func draAfterRebootGone(t *testing.T, devs []string) {
 
 // netDiag is what the pod's netns shows of its addresses, neighbours,
 // routes and ARP settings, for a failed traffic run's message.
-func netDiag(t *testing.T, pod string) string {
+func netDiag(t *testing.T, pod string) string { return netDiagOf(t, pod, "net*") }
+
+// netDiagOf is netDiag with the ARP settings of the interfaces that
+// match glob.
+func netDiagOf(t *testing.T, pod, glob string) string {
 	t.Helper()
 	netns := mustNetns(t, "default", pod)
 	out, err := exec.Command("nsenter", "--net="+netns, "sh", "-c",
-		`ip=`+rig.IPTool+`; $ip -br addr; $ip neigh; $ip route; for c in /proc/sys/net/ipv4/conf/net*; do echo "${c##*/} arp_ignore $(cat $c/arp_ignore) arp_announce $(cat $c/arp_announce)"; done`).CombinedOutput()
+		`ip=`+rig.IPTool+`; $ip -br addr; $ip neigh; $ip route; for c in /proc/sys/net/ipv4/conf/`+glob+`; do echo "${c##*/} arp_ignore $(cat $c/arp_ignore) arp_announce $(cat $c/arp_announce)"; done`).CombinedOutput()
 	if err != nil {
 		return fmt.Sprintf("%v: %s", err, out)
 	}

@@ -72,7 +72,7 @@ func (d *draRig) claimOnly(t *testing.T) {
 		cli := rig.Peer{Run: execRunner("default", "attach-b", "tools"), Dev: b[i].RDMA, IP: hostAddr(before, b[i])}
 		bw, err := rig.WriteBWBetween(ctx(t), srv, cli, 65536, 100)
 		if err != nil {
-			t.Fatalf("rail%d: %v\n%s", i, err, attachDiag(t, attachConfPod, "attach-b"))
+			t.Fatalf("rail%d: %v\n%s: %s\nattach-b: %s", i, err, attachConfPod, netDiagOf(t, attachConfPod, "rail*"), netDiagOf(t, "attach-b", "rail*"))
 		}
 		t.Logf("ib_write_bw attach-b rail%d (%s) -> %s rail%d (%s): %d iters of %d bytes, average %.2f MB/s",
 			i, b[i].RDMA, attachConfPod, i, a[i].RDMA, bw.Iters, bw.Bytes, bw.AverageMBps)
@@ -233,69 +233,21 @@ func hostAddr(cfg map[string]linkconf.Config, nic rig.NIC) string {
 // returns the NICs.
 func (d *draRig) railsHold(t *testing.T, pod string, host map[string]linkconf.Config) []rig.NIC {
 	t.Helper()
-	claim, nics := d.claimNICs(t, pod)
-	if len(nics) != 2 {
-		t.Fatalf("pod %s: claim %s holds %d NICs, want 2", pod, claim, len(nics))
-	}
-	netns := mustNetns(t, "default", pod)
-	byName, err := rig.NICsByNameIn(d.nics, netns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var want []string
+	claim, nics, netns := d.holdsAs(t, pod, 2, func(i int) string { return fmt.Sprintf("rail%d", i) })
 	for i, nic := range nics {
 		iface := fmt.Sprintf("rail%d", i)
-		if got, ok := byName[iface]; !ok || got != nic {
-			t.Errorf("pod %s: %s is %+v, want the claim's NIC %d, %s (%s)", pod, iface, got, i, nic.Netdev, nic.PCI)
-		}
 		out, err := exec.Command("nsenter", "--net="+netns, "sh", "-c",
 			fmt.Sprintf("%[1]s -4 -o addr show dev %[2]s; %[1]s route show dev %[2]s; cat /proc/sys/net/ipv4/conf/%[2]s/arp_ignore /proc/sys/net/ipv4/conf/%[2]s/arp_announce", rig.IPTool, iface)).CombinedOutput()
 		if err != nil {
 			t.Fatalf("pod %s: %s: %v\n%s", pod, iface, err, out)
 		}
-		route := fmt.Sprintf("10.250.%d.0/24 via %s.254", slicesIndex(d.nics, nic), attachSubnet)
+		route := fmt.Sprintf("10.250.%d.0/24 via %s.254", slices.Index(d.nics, nic), attachSubnet)
 		if s := string(out); !strings.Contains(s, host[nic.Netdev].Addrs[0].CIDR) || !strings.Contains(s, route) || !strings.HasSuffix(strings.TrimSpace(s), "1\n2") {
 			t.Errorf("pod %s: %s has\n%s\nwant %s's host address %s, its route %s and arp_ignore 1, arp_announce 2", pod, iface, s, nic.Netdev, host[nic.Netdev].Addrs[0].CIDR, route)
 		}
-		want = append(want, nic.RDMA)
-		if rig.HostHas(t, nic.RDMA) {
-			t.Errorf("pod %s: %s is still on the node", pod, nic.RDMA)
-		}
-	}
-	in, err := rig.RDMAIn(netns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !sameSet(in, want) {
-		t.Errorf("pod %s: RDMA devices %v in its netns, want %v", pod, in, want)
 	}
 	t.Logf("pod %s: claim %s: rail0=%s(%s) rail1=%s(%s), with their host addresses", pod, claim, nics[0].Netdev, nics[0].RDMA, nics[1].Netdev, nics[1].RDMA)
 	return nics
-}
-
-func slicesIndex(nics []rig.NIC, n rig.NIC) int {
-	for i, m := range nics {
-		if m == n {
-			return i
-		}
-	}
-	return -1
-}
-
-func sameSet(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	seen := map[string]int{}
-	for _, s := range a {
-		seen[s]++
-	}
-	for _, s := range b {
-		if seen[s]--; seen[s] < 0 {
-			return false
-		}
-	}
-	return true
 }
 
 // waitNoAttachRecords waits for the plugin to hold no record of a claim's
@@ -322,17 +274,6 @@ func waitNoAttachRecords(t *testing.T) {
 	}); err != nil {
 		t.Errorf("%v: %v", err, left)
 	}
-}
-
-// attachDiag is both pods' addresses, neighbours, routes and ARP settings.
-func attachDiag(t *testing.T, pods ...string) string {
-	var s []string
-	for _, p := range pods {
-		out, _ := exec.Command("nsenter", "--net="+mustNetns(t, "default", p), "sh", "-c",
-			`ip=`+rig.IPTool+`; $ip -br addr; $ip neigh; $ip route; for c in /proc/sys/net/ipv4/conf/rail*; do echo "${c##*/} arp_ignore $(cat $c/arp_ignore) arp_announce $(cat $c/arp_announce)"; done`).CombinedOutput()
-		s = append(s, p+":\n"+string(out))
-	}
-	return strings.Join(s, "\n")
 }
 
 // removeClaimsEntry takes the claims entry out of the node's primary
