@@ -242,45 +242,37 @@ type Pod struct {
 // up already (host-device set it up).
 func ApplyPod(nsPath, ifName string, p Pod) error {
 	return podns.Do(nsPath, func(podns.Thread) error {
-		h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
-		if err != nil {
-			return err
-		}
-		defer h.Close()
-		link, err := h.LinkByName(ifName)
-		if err != nil {
-			return fmt.Errorf("finding %s in the pod: %v", ifName, err)
-		}
-		if p.MTU != 0 && link.Attrs().MTU != p.MTU {
-			if err := h.LinkSetMTU(link, p.MTU); err != nil {
-				return fmt.Errorf("setting the MTU of %s in the pod to %d: %v", ifName, p.MTU, err)
-			}
-		}
-		if p.ARP != nil {
-			// Per-netns sysctls: the thread is in the pod's netns, so
-			// /proc/sys/net is the pod's.
-			for key, v := range map[string]*int{"arp_ignore": p.ARP.Ignore, "arp_announce": p.ARP.Announce} {
-				if v == nil {
-					continue
-				}
-				path := filepath.Join("/proc/sys/net/ipv4/conf", ifName, key)
-				if err := os.WriteFile(path, []byte(strconv.Itoa(*v)), 0o644); err != nil {
-					return fmt.Errorf("setting %s of %s in the pod to %d: %v", key, ifName, *v, err)
-				}
-			}
-		}
-		if p.Host == nil {
-			return nil
-		}
-		return apply(h, link, *p.Host, true, true)
+		return withLink(ifName, "the pod", p.MTU, func(h *netlink.Handle, link netlink.Link) error {
+			return applyPod(h, link, p)
+		})
 	})
 }
 
-// Restore gives the host's link ifName back c: its MTU, its up state,
-// its addresses and routes (routes through a down link cannot be added,
-// and the kernel removes them when a link goes down, so a link that was
-// down gets none).
-func Restore(ifName string, c Config) error {
+// applyPod is ApplyPod on the pod's link, its MTU set.
+func applyPod(h *netlink.Handle, link netlink.Link, p Pod) error {
+	ifName := link.Attrs().Name
+	if p.ARP != nil {
+		// Per-netns sysctls: the thread is in the pod's netns, so
+		// /proc/sys/net is the pod's.
+		for key, v := range map[string]*int{"arp_ignore": p.ARP.Ignore, "arp_announce": p.ARP.Announce} {
+			if v == nil {
+				continue
+			}
+			path := filepath.Join("/proc/sys/net/ipv4/conf", ifName, key)
+			if err := os.WriteFile(path, []byte(strconv.Itoa(*v)), 0o644); err != nil {
+				return fmt.Errorf("setting %s of %s in the pod to %d: %v", key, ifName, *v, err)
+			}
+		}
+	}
+	if p.Host == nil {
+		return nil
+	}
+	return apply(h, link, *p.Host, true, true)
+}
+
+// withLink runs fn on the link ifName of the calling thread's netns
+// (where, for errors), its MTU set to mtu first (0 keeps it).
+func withLink(ifName, where string, mtu int, fn func(*netlink.Handle, netlink.Link) error) error {
 	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
 	if err != nil {
 		return err
@@ -288,13 +280,28 @@ func Restore(ifName string, c Config) error {
 	defer h.Close()
 	link, err := h.LinkByName(ifName)
 	if err != nil {
-		return fmt.Errorf("finding %s in the host: %v", ifName, err)
+		return fmt.Errorf("finding %s in %s: %v", ifName, where, err)
 	}
-	if c.MTU != 0 && link.Attrs().MTU != c.MTU {
-		if err := h.LinkSetMTU(link, c.MTU); err != nil {
-			return fmt.Errorf("giving %s back its MTU %d: %v", ifName, c.MTU, err)
+	if mtu != 0 && link.Attrs().MTU != mtu {
+		if err := h.LinkSetMTU(link, mtu); err != nil {
+			return fmt.Errorf("setting the MTU of %s in %s to %d: %v", ifName, where, mtu, err)
 		}
 	}
+	return fn(h, link)
+}
+
+// Restore gives the host's link ifName back c: its MTU, its up state,
+// its addresses and routes (routes through a down link cannot be added,
+// and the kernel removes them when a link goes down, so a link that was
+// down gets none).
+func Restore(ifName string, c Config) error {
+	return withLink(ifName, "the host", c.MTU, func(h *netlink.Handle, link netlink.Link) error {
+		return restore(h, link, c)
+	})
+}
+
+func restore(h *netlink.Handle, link netlink.Link, c Config) error {
+	ifName := link.Attrs().Name
 	if c.Up {
 		if err := h.LinkSetUp(link); err != nil {
 			return fmt.Errorf("setting %s up again: %v", ifName, err)
