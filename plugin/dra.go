@@ -177,13 +177,9 @@ func (c *call) withClaimedNIC(attach func() error) error {
 		return err
 	}
 	c.claimed = &dev
-	host, err := c.readHostLink(dev)
+	hostName, host, err := c.readHostLink(dev)
 	if err != nil {
 		return err
-	}
-	hostName := ""
-	if host != nil {
-		hostName, _ = c.p.links().HostNetdev(dev.PCIAddress)
 	}
 	ctx := context.Background()
 	res, err := c.p.delegate().Add(ctx, hostDevice, c.delegateConf(dev.PCIAddress, ""))

@@ -46,23 +46,23 @@ func (p *Plugin) links() Links {
 	return hostLinks{}
 }
 
-// readHostLink is the host's IP configuration of dev's netdev when its
-// claim asks for the NIC's host addresses (nil otherwise), read before
-// host-device moves the NIC: the move drops it.
-func (c *call) readHostLink(dev drarecord.Device) (*linkconf.Config, error) {
+// readHostLink is the host's name and IP configuration of dev's netdev
+// when its claim asks for the NIC's host addresses ("" and nil
+// otherwise), read before host-device moves the NIC: the move drops it.
+func (c *call) readHostLink(dev drarecord.Device) (string, *linkconf.Config, error) {
 	if dev.Config == nil || dev.Config.Addresses != drarecord.AddressesHost {
-		return nil, nil
+		return "", nil, nil
 	}
 	name, err := c.p.links().HostNetdev(dev.PCIAddress)
 	if err != nil {
-		return nil, fmt.Errorf("the claim asks for NIC %s's host addresses, but: %v; nothing was changed", dev.PCIAddress, err)
+		return "", nil, fmt.Errorf("the claim asks for NIC %s's host addresses, but: %v; nothing was changed", dev.PCIAddress, err)
 	}
 	hc, err := c.p.links().Read(name)
 	if err != nil {
-		return nil, fmt.Errorf("the claim asks for NIC %s's host addresses, but: %v; nothing was changed", dev.PCIAddress, err)
+		return "", nil, fmt.Errorf("the claim asks for NIC %s's host addresses, but: %v; nothing was changed", dev.PCIAddress, err)
 	}
 	c.log.Infof("NIC %s (%s in the host): carrying %d address(es) and %d route(s) into the pod", dev.PCIAddress, name, len(hc.Addrs), len(hc.Routes))
-	return &hc, nil
+	return name, &hc, nil
 }
 
 // podLinkOf is what the claim's configuration makes of the NIC in the
