@@ -192,6 +192,11 @@ func (c *call) key() state.Key {
 // lockNode while they read the records and decide, lockDevice while they
 // move a device and write its record.
 func (c *call) openStore() error {
+	if c.store != nil {
+		// Opened already in this call: a DEL opens it for its own
+		// record, then again to take the sandbox's claimed NICs back.
+		return nil
+	}
 	st, err := state.New(c.p.stateDir())
 	if err != nil {
 		return fmt.Errorf("cannot use the state directory %s: %v; check that it is a directory the runtime (root) can write", c.p.stateDir(), err)
