@@ -24,7 +24,7 @@ import (
 
 // The end-to-end suites apply these examples through the kustomize
 // overlays of e2e/k8s/overlays (scripts/k8s/payload.sh renders them with
-// kubectl kustomize). A test VM is not the node an example is written
+// cmd/kustomize, as kubectl kustomize does). A test VM is not the node an example is written
 // for: its NICs have other names, and whereabouts is not installed. What
 // the rig must change an overlay may change; anything else of an example
 // it changes makes the suite test something a user does not apply, so it
@@ -95,8 +95,8 @@ type rendered struct {
 	obj        map[string]any
 }
 
-// renderOverlay renders an overlay as payload.sh does (kubectl kustomize
-// --load-restrictor LoadRestrictionsNone).
+// renderOverlay renders an overlay as payload.sh does (cmd/kustomize, as
+// kubectl kustomize --load-restrictor LoadRestrictionsNone does).
 func renderOverlay(dir string) ([]rendered, error) {
 	o := krusty.MakeDefaultOptions()
 	o.LoadRestrictions = types.LoadRestrictionsNone

@@ -3,9 +3,9 @@
 # Go modules, at the versions versions.env names (or the environment:
 # KUBERNETES_VERSION, ETCD_VERSION, MULTUS_VERSION, HELM_VERSION,
 # RUNC_VERSION, PROMETHEUS_VERSION, PROMETHEUS_OPERATOR_VERSION):
-# kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and
-# kubectl (the module under scripts/k8s/kube* that requires
-# k8s.io/kubernetes at KUBERNETES_VERSION), etcd (scripts/k8s/etcd),
+# kube-apiserver, kube-controller-manager, kube-scheduler and kubelet
+# (the module under scripts/k8s/kube* that requires k8s.io/kubernetes at
+# KUBERNETES_VERSION; kubectl too with K8S_KUBECTL=1, for make demo), etcd (scripts/k8s/etcd),
 # Multus's thick plugin (scripts/k8s/multus: multus-daemon, multus-shim,
 # and install_multus and passthru, which the DaemonSet's init container
 # runs and installs), the helm CLI (scripts/k8s/helm) the tests install
@@ -123,7 +123,7 @@ minor=${KUBERNETES_VERSION#v*.}; minor=${minor%%.*}
 major=${KUBERNETES_VERSION#v}; major=${major%%.*}
 pkg=k8s.io/component-base/version
 KUBE_LDFLAGS="-s -w -X $pkg.gitVersion=$KUBERNETES_VERSION -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean"
-KUBE_CMDS="kubelet kube-apiserver kube-controller-manager kube-scheduler kubectl"
+KUBE_CMDS="kubelet kube-apiserver kube-controller-manager kube-scheduler"
 # One go build for all of them: the five links (each single-threaded) then
 # run beside each other and beside the compiles; one at a time they took
 # 42 s against 22 s on warm caches (2 cores).
@@ -131,6 +131,13 @@ build_kube() {
   local cmd pkgs=()
   for cmd in $KUBE_CMDS; do pkgs+=("k8s.io/kubernetes/cmd/$cmd"); done
   go build -trimpath -ldflags "$KUBE_LDFLAGS" -o "$1/bin/" "${pkgs[@]}"
+}
+# kubectl, a component of its own that only make demo asks for
+# (K8S_KUBECTL=1): the suites render their overlays with conf/cmd/kustomize,
+# and kubectl's 194 packages of its own are a share of the cold build the
+# first boot waits for.
+build_kubectl() {
+  go build -trimpath -ldflags "$KUBE_LDFLAGS" -o "$1/bin/kubectl" k8s.io/kubernetes/cmd/kubectl
 }
 build_etcd() {
   go build -trimpath -ldflags "-s -w" -o "$1/bin/etcd" go.etcd.io/etcd/server/v3
@@ -198,6 +205,7 @@ build_promop() {
 comp() {
   case $1 in
     kube) component kube "$KUBERNETES_VERSION" "$KUBE_MOD" "$KUBE_LDFLAGS $KUBE_CMDS" ;;
+    kubectl) component kubectl "$KUBERNETES_VERSION" "$KUBE_MOD" "$KUBE_LDFLAGS kubectl" ;;
     etcd) component etcd "$ETCD_VERSION" "$HERE/etcd" "-s -w" ;;
     multus) component multus "$MULTUS_VERSION" "$HERE/multus" "$MULTUS_LDFLAGS $MULTUS_CMDS" ;;
     helm) component helm "$HELM_VERSION" "$HERE/helm" "$HELM_LDFLAGS" ;;
@@ -211,7 +219,7 @@ comp() {
 # link (those are single-threaded), and the cluster's build is what
 # make test's first boot waits for. Each lane is a subshell (its DIR is
 # lost): the calls after the wait only name the directories.
-OTHERS="etcd multus helm runc prometheus promop"
+OTHERS="etcd multus helm runc prometheus promop${K8S_KUBECTL:+ kubectl}"
 ( comp kube ) &
 kube_lane=$!
 # shellcheck disable=SC2086 # OTHERS is words
@@ -242,6 +250,7 @@ if [ "$PRINT_ENV" = 1 ]; then
   printf 'K8S_RUNC=%q\n' "$runc/bin/runc"
   printf 'K8S_PROMETHEUS=%q\n' "$prometheus/bin/prometheus"
   printf 'K8S_SERVICEMONITOR_CRD=%q\n' "$promop/crds/monitoring.coreos.com_servicemonitors.yaml"
+  [ -z "${K8S_KUBECTL:-}" ] || printf 'K8S_KUBECTL_BIN=%q\n' "$kubectl/bin/kubectl"
 else
   log "$SET/bin"
 fi

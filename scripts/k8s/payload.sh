@@ -4,8 +4,8 @@
 # in a directory of its own so that the other VM runs do not carry
 # kubelet's 60 MB. The control plane stays on the host.
 #
-# It also renders the overlays of e2e/k8s/overlays with kubectl kustomize
-# (the manifests of conf/ as the tests apply them) into
+# It also renders the overlays of e2e/k8s/overlays as kubectl kustomize
+# does (conf/cmd/kustomize; the manifests of conf/ as the tests apply them) into
 # /payload/k8s-manifests/NAME.yaml, and packs the image `make image` wrote
 # (IMAGE_LAYOUT, an OCI layout) as /payload/k8s-manifests/rdma-netns-image.tar
 # for the test to import: nothing is pulled. With them helm (K8S_HELM), the
@@ -53,9 +53,12 @@ GOBIN="$out/cni" go install \
   "github.com/containernetworking/plugins/plugins/meta/tuning@$CNI_PLUGINS_VERSION" \
   "github.com/containernetworking/plugins/plugins/meta/sbr@$CNI_PLUGINS_VERSION"
 mkdir -p "$out/k8s-manifests"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+go -C "$top/conf" build -o "$tmp/kustomize" ./cmd/kustomize
 for o in "$top"/e2e/k8s/overlays/*/; do
   [ "$(basename "$o")" = multus ] && continue
-  "$bins/kubectl" kustomize --load-restrictor LoadRestrictionsNone "$o" > "$out/k8s-manifests/$(basename "$o").yaml"
+  "$tmp/kustomize" "$o" > "$out/k8s-manifests/$(basename "$o").yaml"
 done
 tar -C "$layout" -cf "$out/k8s-manifests/rdma-netns-image.tar" .
 # The chart's tests (e2e/k8s/helm_test.go): the helm CLI (K8S_HELM, from
@@ -87,11 +90,9 @@ cp "${K8S_SERVICEMONITOR_CRD:?K8S_SERVICEMONITOR_CRD: the CRD build.sh generated
 "$top/scripts/k8s/mpi-image.sh" "$out/k8s-manifests/rdma-mpi-image.tar"
 
 # Multus thick: the overlay rendered next to Multus's manifest, and the image.
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 mkdir -p "$tmp/overlay" "$tmp/bin/linux_amd64"
 cp "$top/e2e/k8s/overlays/multus/kustomization.yaml" "$bins/../multus-deployments/multus-daemonset-thick.yml" "$tmp/overlay/"
-"$bins/kubectl" kustomize "$tmp/overlay" > "$out/k8s-manifests/multus.yaml"
+"$tmp/kustomize" "$tmp/overlay" > "$out/k8s-manifests/multus.yaml"
 multus_bins=multus-daemon,multus-shim,install_multus,passthru
 for b in ${multus_bins//,/ }; do cp "$bins/$b" "$tmp/bin/linux_amd64/"; done
 # What Multus's own image (on Debian) has and its programs need of a root:
