@@ -420,9 +420,10 @@ K8S_BENCH_ATTACHMENTS ?= 1,2,4,8
 K8S_BENCH_ROUNDS ?= 3
 K8S_SCRAPE_BENCH ?= 50
 ## K8S_BENCH_DRA_NICS: the counts of NICs per pod of TestBenchDRA (the
-## same boot): a pod holding them by ResourceClaim (rdma-netns-dra) against
-## one holding them by the suite's device plugin, K8S_BENCH_ROUNDS of each
-## per count, interleaved; its table follows the first.
+## same boot): a pod holding them by ResourceClaim (rdma-netns-dra) through
+## a NAD, one holding them by the claim alone (the claims entry), and one
+## holding them by the suite's device plugin, K8S_BENCH_ROUNDS of each per
+## count, interleaved; its table follows the first.
 K8S_BENCH_DRA_NICS ?= 1,4
 ## K8S_BENCH_TESTS: which of the three run (a -test.run pattern without
 ## quotes; on the command line "$$" for an end anchor, as make reads it).

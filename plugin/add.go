@@ -505,9 +505,8 @@ func (c *call) printResult() error {
 		out = os.Stdout
 	}
 	if c.conf.Result == nil {
-		// A "claims" entry first in its chain: no plugin's result to
-		// pass on, and none of its own (the claims' NICs are their own
-		// attachments).
+		// A "claims" entry first in its chain, and no claimed NIC: no
+		// plugin's result to pass on.
 		return (&current.Result{CNIVersion: c.conf.CNIVersion}).PrintTo(out)
 	}
 	return c.conf.PrintResult(out)

@@ -12,6 +12,7 @@ import (
 	"github.com/containernetworking/cni/pkg/invoke"
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
+	current "github.com/containernetworking/cni/pkg/types/100"
 
 	"github.com/rdma-netns/rdma-netns/pkg/config"
 	"github.com/rdma-netns/rdma-netns/pkg/drarecord"
@@ -27,29 +28,38 @@ const claimNetworkPrefix = "claim-"
 // claim: a process of its own per NIC, so that each takes the locks and
 // writes the records an attachment through a NAD would.
 type Self interface {
-	Add(ctx context.Context, args *skel.CmdArgs) error
+	// Add returns the attachment's result: the NIC as the pod has it.
+	Add(ctx context.Context, args *skel.CmdArgs) (types.Result, error)
 	Del(ctx context.Context, args *skel.CmdArgs) error
 }
 
 // execSelf runs this binary with the CNI environment of args.
 type execSelf struct{}
 
-func (execSelf) exec(ctx context.Context, verb string, args *skel.CmdArgs) error {
+func selfArgs(verb string, args *skel.CmdArgs) (string, *invoke.Args, error) {
 	self, err := os.Executable()
 	if err != nil {
-		return fmt.Errorf("finding rdma-netns's own binary: %v", err)
+		return "", nil, fmt.Errorf("finding rdma-netns's own binary: %v", err)
 	}
-	rargs := &invoke.Args{Command: verb, ContainerID: args.ContainerID, NetNS: args.Netns,
-		PluginArgsStr: args.Args, IfName: args.IfName, Path: os.Getenv("CNI_PATH")}
-	if verb == "ADD" {
-		_, err = invoke.ExecPluginWithResult(ctx, self, args.StdinData, rargs, nil)
+	return self, &invoke.Args{Command: verb, ContainerID: args.ContainerID, NetNS: args.Netns,
+		PluginArgsStr: args.Args, IfName: args.IfName, Path: os.Getenv("CNI_PATH")}, nil
+}
+
+func (execSelf) Add(ctx context.Context, args *skel.CmdArgs) (types.Result, error) {
+	self, rargs, err := selfArgs("ADD", args)
+	if err != nil {
+		return nil, err
+	}
+	return invoke.ExecPluginWithResult(ctx, self, args.StdinData, rargs, nil)
+}
+
+func (execSelf) Del(ctx context.Context, args *skel.CmdArgs) error {
+	self, rargs, err := selfArgs("DEL", args)
+	if err != nil {
 		return err
 	}
 	return invoke.ExecPluginWithoutResult(ctx, self, args.StdinData, rargs, nil)
 }
-
-func (e execSelf) Add(ctx context.Context, args *skel.CmdArgs) error { return e.exec(ctx, "ADD", args) }
-func (e execSelf) Del(ctx context.Context, args *skel.CmdArgs) error { return e.exec(ctx, "DEL", args) }
 
 func (p *Plugin) self() Self {
 	if p.Self != nil {
@@ -66,7 +76,8 @@ func (p *Plugin) self() Self {
 // primary network's result on. A pod that holds no such claim is passed
 // through untouched. If one NIC cannot be attached, those attached
 // before it are taken back and the pod's sandbox fails: no pod runs
-// without every NIC its claims were given.
+// without every NIC its claims were given. The result passed on gains
+// each NIC as its attachment gave it (withClaimed).
 func (c *call) addClaims() error {
 	uid := c.conf.Pod.UID
 	if uid == "" {
@@ -85,15 +96,55 @@ func (c *call) addClaims() error {
 	}
 	ctx := context.Background()
 	var done []*skel.CmdArgs
+	var results []types.Result
 	for _, n := range nics {
-		if err := c.p.self().Add(ctx, n.args); err != nil {
+		res, err := c.p.self().Add(ctx, n.args)
+		if err != nil {
 			return c.undoClaims(ctx, done, fmt.Errorf("pod %s: claim %s/%s, request %s: NIC %s could not be attached as %s: %v",
 				c.podName(), n.claim.ClaimNamespace, n.claim.ClaimName, config.Quote(n.dev.Request), n.dev.PCIAddress, n.args.IfName, err))
 		}
 		c.log.Infof("claims: claim %s/%s, request %s: NIC %s attached as %s", n.claim.ClaimNamespace, n.claim.ClaimName, config.Quote(n.dev.Request), n.dev.PCIAddress, n.args.IfName)
 		done = append(done, n.args)
+		results = append(results, res)
+	}
+	if err := c.withClaimed(results); err != nil {
+		return c.undoClaims(ctx, done, fmt.Errorf("pod %s: %v", c.podName(), err))
 	}
 	return c.printResult()
+}
+
+// withClaimed makes the result the entry passes on the primary network's
+// with each claimed NIC's interfaces and addresses after its own. The
+// runtime keeps taking the pod's IP from the primary interface (eth0),
+// and Multus's network-status lists every interface of the cluster
+// network's result that is in the pod, so the claimed NICs show there
+// under the cluster network's name. Routes and DNS stay the primary's:
+// a NIC's routes are the pod's own (its claim's), not the pod's way out.
+func (c *call) withClaimed(results []types.Result) error {
+	out := &current.Result{CNIVersion: current.ImplementedSpecVersion}
+	if c.conf.Result != nil {
+		r, err := current.NewResultFromResult(c.conf.Result)
+		if err != nil {
+			return fmt.Errorf("cannot read the primary network's result: %v", err)
+		}
+		out = r
+	}
+	for _, res := range results {
+		r, err := current.NewResultFromResult(res)
+		if err != nil {
+			return fmt.Errorf("cannot read a claimed NIC's result: %v", err)
+		}
+		off := len(out.Interfaces)
+		out.Interfaces = append(out.Interfaces, r.Interfaces...)
+		for _, ip := range r.IPs {
+			ip := *ip
+			if ip.Interface != nil {
+				ip.Interface = current.Int(*ip.Interface + off)
+			}
+			out.IPs = append(out.IPs, &ip)
+		}
+	}
+	return c.conf.SetPrevResult(out)
 }
 
 // undoClaims takes back, last first, the NICs this ADD attached, and

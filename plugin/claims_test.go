@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -8,7 +9,9 @@ import (
 	"testing"
 
 	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/cni/pkg/types/create"
 
 	"github.com/rdma-netns/rdma-netns/pkg/config"
 	"github.com/rdma-netns/rdma-netns/pkg/drarecord"
@@ -32,8 +35,14 @@ func (s inProcessSelf) plugin(ifName string) *Plugin {
 	return &inner
 }
 
-func (s inProcessSelf) Add(_ context.Context, args *skel.CmdArgs) error {
-	return s.plugin(args.IfName).Add(args)
+func (s inProcessSelf) Add(_ context.Context, args *skel.CmdArgs) (types.Result, error) {
+	var out bytes.Buffer
+	p := s.plugin(args.IfName)
+	p.Out = &out
+	if err := p.Add(args); err != nil {
+		return nil, err
+	}
+	return create.CreateFromBytes(out.Bytes())
 }
 
 func (s inProcessSelf) Del(_ context.Context, args *skel.CmdArgs) error {
@@ -68,8 +77,9 @@ func (e *env) claimsConf(p pod) []byte {
 
 // ADD of the primary network attaches every NIC of the pod's claim under
 // the claim's names, each an attachment of its own (network
-// "claim-<UID>"), and passes the primary's result on unchanged; DEL takes
-// them all back.
+// "claim-<UID>"), and passes on the primary's result with each NIC's
+// interface and addresses after eth0's (what Multus's network-status
+// lists); DEL takes them all back.
 func TestClaimsAddDel(t *testing.T) {
 	e, p, d := claimsEnv(t)
 	p.ifName = "eth0"
@@ -78,8 +88,12 @@ func TestClaimsAddDel(t *testing.T) {
 		t.Fatalf("ADD: %v\nlog:\n%s", err, e.log)
 	}
 	got, err := current.NewResultFromResult(res)
-	if err != nil || len(got.Interfaces) != 1 || got.Interfaces[0].Name != "eth0" || got.Interfaces[0].Mac != "02:00:00:00:00:01" {
-		t.Fatalf("ADD result %+v (%v): want the primary network's, unchanged", got, err)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := resultText(got); s != "eth0@"+p.path()+"=10.100.100.2/29 rail0@"+p.path()+"=10.1.2.3/24 rail1@"+p.path()+"=10.1.2.3/24" ||
+		got.Interfaces[0].Mac != "02:00:00:00:00:01" {
+		t.Fatalf("ADD result %s (%+v): want the primary network's eth0, then rail0 and rail1 with their addresses", s, got)
 	}
 	e.wantWhere("rxe1", p.path())
 	e.wantWhere("rdma_r1", p.path())
@@ -170,9 +184,9 @@ func TestClaimsAddRollsBack(t *testing.T) {
 // failSecond attaches the first NIC and fails the second.
 type failSecond struct{ inner inProcessSelf }
 
-func (f failSecond) Add(ctx context.Context, args *skel.CmdArgs) error {
+func (f failSecond) Add(ctx context.Context, args *skel.CmdArgs) (types.Result, error) {
 	if args.IfName == "rail1" {
-		return errors.New("no more NICs")
+		return nil, errors.New("no more NICs")
 	}
 	return f.inner.Add(ctx, args)
 }
@@ -239,4 +253,28 @@ func TestClaimsDelFromMultusCache(t *testing.T) {
 	if recs := e.records(); len(recs) != 0 {
 		t.Fatalf("records left: %+v", recs)
 	}
+}
+
+// resultText is each interface of r as NAME@SANDBOX=ADDR,ADDR (in its
+// order, interfaces outside the pod without "@"), the way a reader of
+// the result pairs addresses with interfaces: by their index.
+func resultText(r *current.Result) string {
+	var parts []string
+	for i, in := range r.Interfaces {
+		s := in.Name
+		if in.Sandbox != "" {
+			s += "@" + in.Sandbox
+		}
+		var addrs []string
+		for _, ip := range r.IPs {
+			if ip.Interface != nil && *ip.Interface == i {
+				addrs = append(addrs, ip.Address.String())
+			}
+		}
+		if len(addrs) > 0 {
+			s += "=" + strings.Join(addrs, ",")
+		}
+		parts = append(parts, s)
+	}
+	return strings.Join(parts, " ")
 }

@@ -198,6 +198,9 @@ func (c *call) withClaimedNIC(attach func() error) error {
 			err = fmt.Errorf("setting up NIC %s as its claim says in the pod (%s): %v", dev.PCIAddress, c.args.IfName, err)
 		}
 	}
+	if err == nil && host != nil {
+		res, err = withHostAddrs(res, c.args.IfName, host.Addrs)
+	}
 	if err == nil {
 		err = c.conf.SetPrevResult(res)
 	}

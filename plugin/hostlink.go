@@ -2,7 +2,12 @@ package plugin
 
 import (
 	"fmt"
+	"net"
+	"slices"
 	"time"
+
+	"github.com/containernetworking/cni/pkg/types"
+	current "github.com/containernetworking/cni/pkg/types/100"
 
 	"github.com/rdma-netns/rdma-netns/pkg/drarecord"
 	"github.com/rdma-netns/rdma-netns/pkg/linkconf"
@@ -63,6 +68,30 @@ func (c *call) readHostLink(dev drarecord.Device) (string, *linkconf.Config, err
 	}
 	c.log.Infof("NIC %s (%s in the host): carrying %d address(es) and %d route(s) into the pod", dev.PCIAddress, name, len(hc.Addrs), len(hc.Routes))
 	return name, &hc, nil
+}
+
+// withHostAddrs adds the host addresses that the pod's NIC ifName now
+// carries to host-device's result, which has none (host-device ran
+// without IPAM): the result is where the runtime and Multus (its
+// network-status) read a pod's addresses.
+func withHostAddrs(res types.Result, ifName string, addrs []linkconf.Addr) (types.Result, error) {
+	r, err := current.NewResultFromResult(res)
+	if err != nil {
+		return nil, fmt.Errorf("cannot read host-device's result: %v", err)
+	}
+	i := slices.IndexFunc(r.Interfaces, func(in *current.Interface) bool { return in.Name == ifName && in.Sandbox != "" })
+	if i < 0 {
+		return nil, fmt.Errorf("host-device's result has no interface %s in the pod", ifName)
+	}
+	for _, a := range addrs {
+		ip, n, err := net.ParseCIDR(a.CIDR)
+		if err != nil {
+			return nil, fmt.Errorf("host address %q of %s: %v", a.CIDR, ifName, err)
+		}
+		n.IP = ip
+		r.IPs = append(r.IPs, &current.IPConfig{Interface: current.Int(i), Address: *n})
+	}
+	return r, nil
 }
 
 // podLinkOf is what the claim's configuration makes of the NIC in the

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	current "github.com/containernetworking/cni/pkg/types/100"
+
 	"github.com/rdma-netns/rdma-netns/pkg/drarecord"
 	"github.com/rdma-netns/rdma-netns/pkg/linkconf"
 )
@@ -131,8 +133,14 @@ func (e *env) wantHostRail(t *testing.T) {
 // gives the host back exactly what it had.
 func TestClaimsCarryHostAddresses(t *testing.T) {
 	e, p, _, _ := hostLinkEnv(t)
-	if _, err := e.add(p, e.claimsConf(p), podArgs(draPod)); err != nil {
+	res, err := e.add(p, e.claimsConf(p), podArgs(draPod))
+	if err != nil {
 		t.Fatalf("ADD: %v\nlog:\n%s", err, e.log)
+	}
+	// The result gives rail0 its host address beside what the (fake)
+	// host-device gave it.
+	if got, err := current.NewResultFromResult(res); err != nil || !strings.Contains(resultText(got), "rail0@"+p.path()+"=10.1.2.3/24,10.100.41.5/24 ") {
+		t.Fatalf("ADD result %v (%v): want rail0 with its host address 10.100.41.5/24", resultText(got), err)
 	}
 	l := e.kernel.link(p.path(), "rail0")
 	if l == nil || l.ip.MTU != 9000 || !reflect.DeepEqual(l.ip.Addrs, railHost.Addrs) || !reflect.DeepEqual(l.ip.Routes, railHost.Routes) ||

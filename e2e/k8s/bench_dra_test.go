@@ -24,20 +24,23 @@ import (
 // benchDRANICs are the counts of NICs per pod TestBenchDRA runs rounds of.
 var benchDRANICs = flag.String("k8s.bench-dra-nics", "1,4", "TestBenchDRA: comma-separated counts of NICs per pod (eth1 on), rounds of each")
 
-// The two ways a pod gets n whole NICs that TestBenchDRA compares.
+// The ways a pod gets n whole NICs that TestBenchDRA compares.
 const (
-	benchByClaim = "claim"
-	benchByDP    = "device plugin"
+	benchByClaim     = "claim"
+	benchByClaimOnly = "claim alone"
+	benchByDP        = "device plugin"
 )
 
 // TestBenchDRA prints the time from pod create to Running, and from
 // delete to every NIC home, for a pod holding n NICs by a ResourceClaim
-// (rdma-netns-dra, conf's DeviceClass and NAD, a template asking n) and
-// for one holding n NICs of a device plugin resource (the suite's device
-// plugin, n NADs naming the resource: Multus hands each its NIC, chain
-// host-device then rdma-netns), on the same NICs, the two interleaved
-// (make bench-k8s, -k8s.bench rounds). Figures only; each pod must hold
-// every RDMA device it asked for, and every NIC must be home after it.
+// through a NAD (rdma-netns-dra, conf's DeviceClass and NAD, a template
+// asking n), by the claim alone (conf's claim-only template asking n: the
+// claims entry attaches them, no NAD, no annotation) and for one holding
+// n NICs of a device plugin resource (the suite's device plugin, n NADs
+// naming the resource: Multus hands each its NIC, chain host-device then
+// rdma-netns), on the same NICs, the three interleaved (make bench-k8s,
+// -k8s.bench rounds). Figures only; each pod must hold every RDMA device
+// it asked for, and every NIC must be home after it.
 func TestBenchDRA(t *testing.T) {
 	if *benchRounds < 1 {
 		t.Skip("a benchmark: make bench-k8s runs it (-k8s.bench N)")
@@ -55,11 +58,12 @@ func TestBenchDRA(t *testing.T) {
 	d := &draRig{t: t, nics: nics}
 	d.enable()
 	t.Cleanup(d.cleanup)
-	for _, m := range []string{"dra-deviceclass", "dra-claimtemplate", "nad-dra"} {
+	for _, m := range []string{"dra-deviceclass", "dra-claimtemplate", "nad-dra", "dra-claimtemplate-attach"} {
 		applyManifest(t, m)
 	}
 	for _, n := range counts {
-		benchTemplate(t, n)
+		benchTemplate(t, draTemplate2, "bench-nics", n)
+		benchTemplate(t, attachTemplate, "bench-attach", n)
 	}
 	d.slice = d.waitSlice(len(nics))
 
@@ -82,9 +86,9 @@ func TestBenchDRA(t *testing.T) {
 	}
 	for i := range *benchRounds {
 		for j, n := range counts {
-			order := []string{benchByClaim, benchByDP}
+			order := []string{benchByClaim, benchByClaimOnly, benchByDP}
 			if (i+j)%2 == 1 {
-				order = []string{benchByDP, benchByClaim}
+				slices.Reverse(order)
 			}
 			for _, by := range order {
 				name := fmt.Sprintf("bench-%s-%dnic-%d", strings.ReplaceAll(by, " ", ""), n, i)
@@ -99,25 +103,27 @@ func TestBenchDRA(t *testing.T) {
 	fmt.Fprintf(&b, "TCG-emulated node (qemu, no KVM) on shared cores: the seconds are noisy and no hardware's; the ratio claim/device plugin is the figure\n")
 	fmt.Fprintf(&b, "%-5s %-14s %10s %10s %10s %14s\n", "NICs", "NICs by", "start p50", "min", "max", "delete p50")
 	for _, n := range counts {
-		for _, by := range []string{benchByClaim, benchByDP} {
+		for _, by := range []string{benchByClaim, benchByClaimOnly, benchByDP} {
 			s := stats(startsOf(times[n][by]))
 			fmt.Fprintf(&b, "%-5d %-14s %9.2fs %9.2fs %9.2fs %13.2fs\n", n, by, s.p50, s.min, s.max, stats(stopsOf(times[n][by])).p50)
 		}
-		fmt.Fprintf(&b, "%-5s claim/device plugin %s start p50, %s delete p50\n", "",
-			ratio(stats(startsOf(times[n][benchByClaim])).p50, stats(startsOf(times[n][benchByDP])).p50),
-			ratio(stats(stopsOf(times[n][benchByClaim])).p50, stats(stopsOf(times[n][benchByDP])).p50))
+		for _, by := range []string{benchByClaim, benchByClaimOnly} {
+			fmt.Fprintf(&b, "%-5s %s/device plugin %s start p50, %s delete p50\n", "", by,
+				ratio(stats(startsOf(times[n][by])).p50, stats(startsOf(times[n][benchByDP])).p50),
+				ratio(stats(stopsOf(times[n][by])).p50, stats(stopsOf(times[n][benchByDP])).p50))
+		}
 	}
 	fmt.Printf("=== K8S DRA BENCH BEGIN ===\n%s=== K8S DRA BENCH END ===\n", b.String())
 }
 
-// benchTemplate is conf's template asking n NICs, named bench-nics-<n>.
-func benchTemplate(t *testing.T, n int) {
+// benchTemplate is conf's template from asking n NICs, named prefix-<n>.
+func benchTemplate(t *testing.T, from, prefix string, n int) {
 	t.Helper()
-	tpl, err := cs.ResourceV1().ResourceClaimTemplates("default").Get(ctx(t), draTemplate2, metav1.GetOptions{})
+	tpl, err := cs.ResourceV1().ResourceClaimTemplates("default").Get(ctx(t), from, metav1.GetOptions{})
 	if err != nil {
-		t.Fatalf("conf/dra-claimtemplate.yaml's template: %v", err)
+		t.Fatalf("conf's template %s: %v", from, err)
 	}
-	c := &resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("bench-nics-%d", n), Namespace: "default"}, Spec: *tpl.Spec.DeepCopy()}
+	c := &resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", prefix, n), Namespace: "default"}, Spec: *tpl.Spec.DeepCopy()}
 	c.Spec.Spec.Devices.Requests[0].Exactly.Count = int64(n)
 	if _, err := cs.ResourceV1().ResourceClaimTemplates("default").Create(ctx(t), c, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
@@ -130,7 +136,7 @@ func benchTemplate(t *testing.T, n int) {
 func (d *draRig) benchDRAPod(t *testing.T, name, by string, n int) podTimes {
 	t.Helper()
 	var pod *corev1.Pod
-	if by == benchByClaim {
+	if by != benchByDP {
 		// The bench hands the same NICs out both ways in turn, which a node
 		// never should (docs/dra.md): a NIC the device plugin's pod held
 		// left the host, so the driver dropped it from its slice, and puts
@@ -139,6 +145,9 @@ func (d *draRig) benchDRAPod(t *testing.T, name, by string, n int) podTimes {
 		// only DRA hands out.
 		d.waitSliceUnchanged(t)
 		pod = draPod(name, fmt.Sprintf("bench-nics-%d", n), n, 10)
+		if by == benchByClaimOnly {
+			pod = attachPod(name, fmt.Sprintf("bench-attach-%d", n))
+		}
 	} else {
 		var nets []string
 		for i := 0; i < n; i++ {
@@ -161,7 +170,7 @@ func (d *draRig) benchDRAPod(t *testing.T, name, by string, n int) podTimes {
 	if held != n || len(in) != n {
 		t.Fatalf("pod %s (%s): RDMA devices %v in its netns, want %d of %s", name, by, in, n, nicSpan(d.nics))
 	}
-	if by != benchByClaim {
+	if by == benchByDP {
 		return podTimes{start: start, stop: stopBenchPod(t, name, d.nics)}
 	}
 	// A claim's NICs are free for the next pod once its claim is gone (the

@@ -528,9 +528,16 @@ func draPod(name, template string, nics, host int) *corev1.Pod {
 func (d *draRig) claimNICs(t *testing.T, pod string) (string, []rig.NIC) {
 	t.Helper()
 	claim := podClaim(t, "default", pod, "")
+	return claim.Name, d.allocatedNICs(t, claim)
+}
+
+// allocatedNICs is the NICs the claim's allocation holds, in the order of
+// its results.
+func (d *draRig) allocatedNICs(t *testing.T, claim *resourceapi.ResourceClaim) []rig.NIC {
+	t.Helper()
 	name := claim.Name
 	if claim.Status.Allocation == nil {
-		t.Fatalf("claim %s of pod %s is not allocated", name, pod)
+		t.Fatalf("claim %s is not allocated", name)
 	}
 	var nics []rig.NIC
 	for _, r := range claim.Status.Allocation.Devices.Results {
@@ -541,7 +548,7 @@ func (d *draRig) claimNICs(t *testing.T, pod string) (string, []rig.NIC) {
 		n, _ := d.nicByPCI(*attrs[pciBusIDAttr].StringValue)
 		nics = append(nics, n)
 	}
-	return name, nics
+	return nics
 }
 
 // podClaim is the claim generated for the pod's resourceClaims entry
@@ -639,6 +646,10 @@ func draPeer(t *testing.T, pod string, i int, nic rig.NIC) rig.Peer {
 // can satisfy (its DynamicResources plugin), in the PodScheduled
 // condition's message.
 const claimReason = "cannot allocate all claims"
+
+// pendingSettle is how long a pending pod is watched after the
+// scheduler's reason, as refusedWindow a refused one.
+const pendingSettle = refusedWindow
 
 // waitPending waits for the scheduler to say that the pod's claims cannot
 // be allocated, then for settle more; over the whole wait the pod is
@@ -872,7 +883,7 @@ func (d *draRig) pendingUntilFree(t *testing.T) {
 	aClaim, aNICs := d.claimNICs(t, draConfPod)
 	aUID := d.recordNames(t, draConfPod, aClaim, aNICs).ClaimUID
 	createPod(t, draPod("dra-c", draTemplate2, 2, 3))
-	msg := waitPending(t, "dra-c", 20*time.Second)
+	msg := waitPending(t, "dra-c", pendingSettle)
 	t.Logf("dra-c waits: %s", msg)
 	freed := time.Now()
 	deletePod(t, "default", draConfPod, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
@@ -968,7 +979,7 @@ func (d *draRig) raceForLastNIC(t *testing.T) {
 	}
 	loser = map[string]string{"dra-race-1": "dra-race-2", "dra-race-2": "dra-race-1"}[winner]
 	held = append(held, d.holds(t, winner, 1)...)
-	msg := waitPending(t, loser, 20*time.Second)
+	msg := waitPending(t, loser, pendingSettle)
 	t.Logf("%s runs; %s waits: %s", winner, loser, msg)
 	seen := map[string]bool{}
 	for _, n := range held {
@@ -1146,19 +1157,7 @@ func (d *draRig) adminAccessRefused(t *testing.T) {
 	createPod(t, p)
 	ev := waitEventReason(t, ns, pod, "FailedPrepareDynamicResources", "adminAccess")
 	t.Logf("an admin-access claim on dra-c's NIC %s: %s: %s", held[0].Netdev, ev.Reason, ev.Message)
-	for i := 0; i < 5; i++ {
-		got, err := cs.CoreV1().Pods(ns).Get(c, pod, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := noContainerStarted(got); err != nil {
-			t.Fatalf("%s: %v", pod, err)
-		}
-		if n := sandboxesLabelled(t, map[string]string{"io.kubernetes.pod.uid": string(got.UID)}); n != 0 {
-			t.Fatalf("%s: %d sandboxes, want none: its claim was not prepared", pod, n)
-		}
-		time.Sleep(2 * time.Second)
-	}
+	startsNothing(t, ns, pod, "with its admin-access claim refused", true, nil)
 	recordGone(t, string(created.UID))
 	if after := d.holds(t, "dra-c", 2); !slices.Equal(after, held) {
 		t.Errorf("dra-c holds %s after the admin-access claim, held %s", nicsText(after), nicsText(held))
@@ -1215,19 +1214,7 @@ func (d *draRig) attachAbsent(t *testing.T) {
 	}
 	claim, nics := d.claimNICs(t, pod)
 	d.recordNames(t, pod, claim, nics)
-	for i := 0; i < 10; i++ {
-		p, err := cs.CoreV1().Pods("default").Get(ctx(t), pod, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := noContainerStarted(p); err != nil {
-			t.Fatalf("%s without rdma-netns on the node: %v", pod, err)
-		}
-		if away, err := rig.Missing(nics); err != nil || len(away) > 0 {
-			t.Fatalf("%s's NIC left the host without the attach: %v %v", pod, away, err)
-		}
-		time.Sleep(2 * time.Second)
-	}
+	startsNothing(t, "default", pod, "without rdma-netns on the node", false, nics)
 	restore()
 	back := time.Now()
 	waitRunning(t, "default", pod, 5*time.Minute)
@@ -1237,6 +1224,36 @@ func (d *draRig) attachAbsent(t *testing.T) {
 	d.holds(t, pod, 1)
 	deletePod(t, "default", pod, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
 	waitNICsHome(t, nics)
+}
+
+// refusedWindow is how long a refused pod is watched starting nothing.
+const refusedWindow = 10 * time.Second
+
+// startsNothing watches the refused pod for refusedWindow: it stays
+// Pending with no container ever started, with no sandbox of its UID
+// when noSandbox (a pod refused at its claim's Prepare; the one refused
+// at its sandbox's network has one come and go at each retry), and with
+// nics, its claim's NICs, on the host.
+func startsNothing(t *testing.T, ns, pod, why string, noSandbox bool, nics []rig.NIC) {
+	t.Helper()
+	for end := time.Now().Add(refusedWindow); ; time.Sleep(2 * time.Second) {
+		p, err := cs.CoreV1().Pods(ns).Get(ctx(t), pod, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := noContainerStarted(p); err != nil {
+			t.Fatalf("%s %s: %v", pod, why, err)
+		}
+		if n := sandboxesLabelled(t, map[string]string{"io.kubernetes.pod.uid": string(p.UID)}); noSandbox && n != 0 {
+			t.Fatalf("%s %s: %d sandboxes, want none: its claim was not prepared", pod, why, n)
+		}
+		if away, err := rig.Missing(nics); err != nil || len(away) > 0 {
+			t.Fatalf("%s %s: its NIC left the host: %v %v", pod, why, away, err)
+		}
+		if time.Now().After(end) {
+			return
+		}
+	}
 }
 
 // noContainerStarted says what shows that a container of the pod ran:
@@ -1277,13 +1294,16 @@ func waitEventReason(t *testing.T, ns, name, reason string, want ...string) core
 	return found
 }
 
-// The driver absent (the chart back at its default, dra.enabled=false)
-// while dra-c holds two NICs: kubelet unpublishes the driver's slice, a
-// pod asking a NIC waits unscheduled with no sandbox, dra-c keeps its
-// NICs; with the driver back, the slice is as it was (dra-c's NICs
-// published though the host cannot see them) and the pod runs.
+// The driver absent: first gone after a pod was placed
+// (driverGoneAfterScheduling), then the chart back at its default
+// (dra.enabled=false) while dra-c holds two NICs: kubelet unpublishes the
+// driver's slice, a pod asking a NIC waits unscheduled with no sandbox,
+// dra-c keeps its NICs; with the driver back, the slice is as it was
+// (dra-c's NICs published though the host cannot see them) and both pods
+// run.
 func (d *draRig) driverAbsent(t *testing.T) {
 	const pod = "dra-nodriver"
+	placed := d.driverGoneAfterScheduling(t)
 	removeChartDRA(t)
 	d.waitDriver(false)
 	if err := cririg.Wait(2*time.Minute, "the driver's slice gone", func() (bool, error) {
@@ -1293,7 +1313,7 @@ func (d *draRig) driverAbsent(t *testing.T) {
 		t.Fatal(err)
 	}
 	createPod(t, draPod(pod, draOneTemplate, 1, 8))
-	msg := waitPending(t, pod, 15*time.Second)
+	msg := waitPending(t, pod, pendingSettle)
 	t.Logf("without the driver: %s", msg)
 	d.holds(t, "dra-c", 2)
 	d.enable()
@@ -1302,7 +1322,46 @@ func (d *draRig) driverAbsent(t *testing.T) {
 	waitRunning(t, "default", pod, 5*time.Minute)
 	t.Logf("%s Running %s after the slice was back:\n%s", pod, time.Since(back).Round(time.Second), eventTimeline(t, "default", pod, back))
 	d.holds(t, pod, 1)
-	deletePod(t, "default", pod, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+	waitRunning(t, "default", placed, 5*time.Minute)
+	t.Logf("%s Running %s after the slice was back", placed, time.Since(back).Round(time.Second))
+	d.holds(t, placed, 1)
+	deletePods(t, "default", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}, pod, placed)
+}
+
+// driverGoneAfterScheduling: the driver's DaemonSet deleted alone, its
+// pod gone, so the kubelet has no driver to prepare a claim with, but it
+// keeps the driver's slice for its wiping delay (30 s), and the
+// scheduler still allocates from it. A pod asking one NIC in that window
+// is placed with its claim allocated and gets the kubelet's
+// FailedPrepareDynamicResources saying the driver is not registered; its
+// claim is not prepared (no record), it gets no sandbox, no container
+// starts, and its NIC stays on the host. It returns the pod, which runs
+// once the driver is back (driverAbsent).
+func (d *draRig) driverGoneAfterScheduling(t *testing.T) string {
+	const pod = "dra-driverless"
+	if err := cs.AppsV1().DaemonSets(dsNamespace).Delete(ctx(t), draDSName, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cririg.Wait(2*time.Minute, "the driver's pod gone", func() (bool, error) {
+		_, done, _, err := driverPods(ctx(t), false, []string{node.Name})
+		return done, err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	gone := time.Now()
+	createPod(t, draPod(pod, draOneTemplate, 1, 9))
+	if err := cririg.Wait(20*time.Second, "the pod placed on the slice the kubelet keeps 30 s after the driver left", func() (bool, error) {
+		p, err := cs.CoreV1().Pods("default").Get(ctx(t), pod, metav1.GetOptions{})
+		return err == nil && p.Spec.NodeName != "", err
+	}); err != nil {
+		t.Fatalf("%v (the driver left %s ago): the scheduler was too slow for the kubelet's wiping delay\nevents:\n%s", err, time.Since(gone).Round(time.Second), events(t, "default", pod))
+	}
+	ev := waitEventReason(t, "default", pod, "FailedPrepareDynamicResources", draDriver, "is not registered")
+	t.Logf("driver gone after scheduling: %s: %s", ev.Reason, ev.Message)
+	claim, nics := d.claimNICs(t, pod)
+	startsNothing(t, "default", pod, "without the driver", true, nics)
+	recordGone(t, d.claimUID(t, claim))
+	return pod
 }
 
 // waitSliceUnchanged waits for the driver's slice to be back as it was.

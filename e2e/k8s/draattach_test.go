@@ -3,6 +3,7 @@
 package k8s
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -13,7 +14,9 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/rdma-netns/rdma-netns/e2e/cri/cririg"
@@ -39,7 +42,8 @@ const (
 // second pod of the same template, written with nothing but the claim:
 // no NAD, no networks annotation. Each pod's sandbox gets its two NICs as
 // rail0 and rail1 with the addresses and routes they had on the host, its
-// RDMA devices, and ib_write_bw runs between the pods on each rail; once
+// RDMA devices, Multus's network-status lists them, and ib_write_bw runs
+// between the pods on each rail; once
 // the pods are deleted every NIC is home with exactly the host
 // configuration it had (addresses, routes of every table, MTU, up), and
 // no record is left.
@@ -51,22 +55,15 @@ func (d *draRig) claimOnly(t *testing.T) {
 		_ = cs.ResourceV1().ResourceClaimTemplates("default").Delete(ctx(t), attachTemplate, metav1.DeleteOptions{})
 	})
 	applyManifest(t, "pod-dra-attach")
-	second := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "attach-b", Namespace: "default"},
-		Spec: corev1.PodSpec{
-			TerminationGracePeriodSeconds: new(int64),
-			ResourceClaims:                []corev1.PodResourceClaim{{Name: "rails", ResourceClaimTemplateName: new(attachTemplate)}},
-			Containers:                    []corev1.Container{unprivilegedTools("tools", "3600")},
-		},
-	}
-	second.Spec.Containers[0].Resources.Claims = []corev1.ResourceClaim{{Name: "rails"}}
-	createPod(t, second)
+	createPod(t, attachPod("attach-b", attachTemplate))
 	start := time.Now()
 	waitRunning(t, "default", attachConfPod, 4*time.Minute)
 	waitRunning(t, "default", "attach-b", 4*time.Minute)
 	t.Logf("both claim-only pods Running %s after their creation", time.Since(start).Round(time.Second))
 	a := d.railsHold(t, attachConfPod, before)
 	b := d.railsHold(t, "attach-b", before)
+	railsInNetworkStatus(t, attachConfPod, before, a)
+	railsInNetworkStatus(t, "attach-b", before, b)
 	for i := range a {
 		srv := rig.Peer{Run: execRunner("default", attachConfPod, "app"), Dev: a[i].RDMA, IP: hostAddr(before, a[i])}
 		cli := rig.Peer{Run: execRunner("default", "attach-b", "tools"), Dev: b[i].RDMA, IP: hostAddr(before, b[i])}
@@ -109,6 +106,73 @@ func (d *draRig) claimOnly(t *testing.T) {
 	waitNoAttachRecords(t)
 	d.sliceUnchanged(t, "the claim-only pods deleted")
 	d.claimOnlyWithoutMultus(t, before)
+	d.claimConfigInvalid(t)
+}
+
+// claimConfigInvalid: a claim whose configuration for the driver writes
+// a key in the wrong case ("interfacename", which encoding/json alone
+// would take for interfaceName) is allocated, but its Prepare fails: the
+// kubelet's FailedPrepareDynamicResources names the request and the key,
+// no record is written, the pod gets no sandbox and no container starts,
+// and its NIC stays on the host.
+func (d *draRig) claimConfigInvalid(t *testing.T) {
+	const pod, claimName = "attach-badconfig", "attach-badconfig"
+	c := ctx(t)
+	claim := &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: claimName, Namespace: "default"},
+		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
+			Requests: []resourceapi.DeviceRequest{{Name: "rails", Exactly: &resourceapi.ExactDeviceRequest{
+				DeviceClassName: draDeviceClass, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1,
+			}}},
+			Config: []resourceapi.DeviceClaimConfiguration{{Requests: []string{"rails"}, DeviceConfiguration: resourceapi.DeviceConfiguration{
+				Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: draDriver, Parameters: runtime.RawExtension{
+					Raw: []byte(`{"apiVersion":"nic.rdma-netns.io/v1alpha1","kind":"NICConfig","interfacename":"rail"}`),
+				}},
+			}}},
+		}},
+	}
+	created, err := cs.ResourceV1().ResourceClaims("default").Create(c, claim, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cs.ResourceV1().ResourceClaims("default").Delete(context.Background(), claimName, metav1.DeleteOptions{})
+	})
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: pod, Namespace: "default"},
+		Spec: corev1.PodSpec{
+			TerminationGracePeriodSeconds: new(int64),
+			ResourceClaims:                []corev1.PodResourceClaim{{Name: "rails", ResourceClaimName: new(claimName)}},
+			Containers:                    []corev1.Container{unprivilegedTools("tools", "3600")},
+		},
+	}
+	p.Spec.Containers[0].Resources.Claims = []corev1.ResourceClaim{{Name: "rails"}}
+	createPod(t, p)
+	ev := waitEventReason(t, "default", pod, "FailedPrepareDynamicResources", `"rails"`, `"interfacename"`)
+	t.Logf("a claim configured with a key in the wrong case: %s: %s", ev.Reason, ev.Message)
+	allocated, err := cs.ResourceV1().ResourceClaims("default").Get(c, claimName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nics := d.allocatedNICs(t, allocated)
+	startsNothing(t, "default", pod, "with an invalid configuration", true, nics)
+	recordGone(t, string(created.UID))
+	deletePod(t, "default", pod, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+}
+
+// attachPod is a pod written with nothing but its claim of template: no
+// NAD, no networks annotation.
+func attachPod(name, template string) *corev1.Pod {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+		Spec: corev1.PodSpec{
+			TerminationGracePeriodSeconds: new(int64),
+			ResourceClaims:                []corev1.PodResourceClaim{{Name: "rails", ResourceClaimTemplateName: new(template)}},
+			Containers:                    []corev1.Container{unprivilegedTools("tools", "3600")},
+		},
+	}
+	p.Spec.Containers[0].Resources.Claims = []corev1.ResourceClaim{{Name: "rails"}}
+	return p
 }
 
 // claimOnlyWithoutMultus: the node without Multus (its 00-multus.conf
@@ -248,6 +312,41 @@ func (d *draRig) railsHold(t *testing.T, pod string, host map[string]linkconf.Co
 	}
 	t.Logf("pod %s: claim %s: rail0=%s(%s) rail1=%s(%s), with their host addresses", pod, claim, nics[0].Netdev, nics[0].RDMA, nics[1].Netdev, nics[1].RDMA)
 	return nics
+}
+
+// railsInNetworkStatus checks what Multus wrote of the claim-only pod in
+// its network-status: with no network of its own, each rail is there
+// under the cluster network's name (the claims entry's result carries
+// them after eth0), with its host address and the MAC it has in the pod,
+// and eth0 alone is the default.
+func railsInNetworkStatus(t *testing.T, pod string, host map[string]linkconf.Config, nics []rig.NIC) {
+	t.Helper()
+	status, raw := networkStatus(t, "default", pod)
+	netns := mustNetns(t, "default", pod)
+	var defaults []string
+	for _, s := range status {
+		if s.Default {
+			defaults = append(defaults, s.Interface)
+		}
+	}
+	if len(defaults) != 1 || defaults[0] != "eth0" {
+		t.Errorf("pod %s: network-status's default interfaces %v, want eth0 alone:\n%s", pod, defaults, raw)
+	}
+	eth0 := slices.IndexFunc(status, func(s netStatus) bool { return s.Interface == "eth0" })
+	for i, nic := range nics {
+		iface := fmt.Sprintf("rail%d", i)
+		out, err := exec.Command("nsenter", "--net="+netns, rig.IPTool, "-o", "link", "show", "dev", iface).CombinedOutput()
+		if err != nil {
+			t.Fatalf("pod %s: %s: %v\n%s", pod, iface, err, out)
+		}
+		_, mac, _ := strings.Cut(string(out), "link/ether ")
+		mac, _, _ = strings.Cut(mac, " ")
+		j := slices.IndexFunc(status, func(s netStatus) bool { return s.Interface == iface })
+		if eth0 < 0 || j < 0 || status[j].Name != status[eth0].Name || !slices.Equal(status[j].IPs, []string{hostAddr(host, nic)}) || status[j].Mac != mac {
+			t.Errorf("pod %s: network-status:\n%s\nwant %s under the network of eth0 with %s's host address %s and MAC %s", pod, raw, iface, nic.Netdev, hostAddr(host, nic), mac)
+		}
+	}
+	t.Logf("pod %s: network-status: %s", pod, strings.Join(strings.Fields(raw), " "))
 }
 
 // waitNoAttachRecords waits for the plugin to hold no record of a claim's

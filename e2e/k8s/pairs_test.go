@@ -478,7 +478,7 @@ func (p *pairsRig) unalignablePending(t *testing.T) {
 	t.Logf("%s holds %s: every NIC under %s", hogPod, p.nicRoots(held), second)
 
 	applyManifest(t, "pod-dra-pairs")
-	msg := waitPending(t, pairsPod, 20*time.Second)
+	msg := waitPending(t, pairsPod, pendingSettle)
 	t.Logf("%s waits: %s", pairsPod, msg)
 	if !strings.Contains(msg, "cannot allocate all claims") {
 		t.Errorf("%s unschedulable for %q, want the scheduler's DRA reason (cannot allocate all claims)", pairsPod, msg)

@@ -15,6 +15,8 @@ type netStatus struct {
 	Name       string   `json:"name"`
 	Interface  string   `json:"interface"`
 	IPs        []string `json:"ips"`
+	Mac        string   `json:"mac"`
+	Default    bool     `json:"default"`
 	DeviceInfo *struct {
 		Type    string `json:"type"`
 		Version string `json:"version"`

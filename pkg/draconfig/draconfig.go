@@ -67,6 +67,11 @@ type Entry struct {
 	// A main request's name covers its subrequests.
 	Requests   []string
 	Parameters []byte
+	// every is the claim's allocated requests, which an entry with no
+	// Requests applies to (Resolve sets it): the allocator clears the
+	// Requests of an entry that names every request of the claim, so
+	// the messages name them from the results.
+	every []string
 }
 
 // paramKeys and ipamKeys are the keys strictDecode accepts, spelled
@@ -135,6 +140,16 @@ type Result struct {
 // configuration gives (rail -> rail0, rail1). Every error names the
 // request and the key.
 func Resolve(entries []Entry, results []Result) ([]NIC, error) {
+	var every []string
+	for _, r := range results {
+		if !slices.Contains(every, r.Request) {
+			every = append(every, r.Request)
+		}
+	}
+	entries = slices.Clone(entries)
+	for i := range entries {
+		entries[i].every = every
+	}
 	decoded := make([]params, len(entries))
 	var errs []error
 	var prefix string
@@ -199,13 +214,19 @@ func decode(e Entry) (params, error) {
 }
 
 func describe(e Entry) string {
-	reqs := "every request"
-	if len(e.Requests) > 0 {
-		q := make([]string, len(e.Requests))
-		for i, r := range e.Requests {
+	quoted := func(names []string) string {
+		q := make([]string, len(names))
+		for i, r := range names {
 			q[i] = config.Quote(r)
 		}
-		reqs = "request " + strings.Join(q, ", ")
+		return strings.Join(q, ", ")
+	}
+	reqs := "every request"
+	switch {
+	case len(e.Requests) > 0:
+		reqs = "request " + quoted(e.Requests)
+	case len(e.every) > 0:
+		reqs = "every request (" + quoted(e.every) + ")"
 	}
 	return fmt.Sprintf("config of %s (from %s)", reqs, e.Source)
 }

@@ -102,7 +102,12 @@ func TestResolveRefuses(t *testing.T) {
 		}, rails(1), []string{`request "rail0"`, "interfacename"}},
 		{"another kind", func(t *testing.T) []Entry {
 			return []Entry{{Source: FromClaim, Parameters: []byte(`{"apiVersion":"v1","kind":"ConfigMap"}`)}}
-		}, rails(1), []string{"every request", "apiVersion", APIVersion}},
+		}, rails(1), []string{`every request ("rail0")`, "apiVersion", APIVersion}},
+		// The allocator clears the Requests of an entry that names every
+		// request of the claim: the message still names them.
+		{"unknown key, the entry's requests cleared", func(t *testing.T) []Entry {
+			return []Entry{{Source: FromClaim, Parameters: nic(t, `"interfacename":"x"`)}}
+		}, rails(2), []string{`every request ("rail0", "rail1")`, "interfacename"}},
 		{"not JSON", func(t *testing.T) []Entry {
 			return []Entry{{Source: FromClaim, Parameters: []byte(`interfaceName: x`)}}
 		}, rails(1), []string{"not a " + Kind}},
