@@ -27,6 +27,7 @@ var draFlags = map[string]string{
 	"sysfs":      "/sys",
 	"kubeconfig": "",
 	"rescan":     "30s",
+	"cdi-dir":    "/var/run/cdi",
 }
 
 // draOptions reads the driver's command line as Go's flag package would
@@ -98,6 +99,13 @@ func checkDRA(spec corev1.PodSpec) error {
 	// namespace: only with the node's does it show the node's NICs.
 	if !spec.HostNetwork {
 		return errors.New("the pod is not on the host's network: the driver's /sys would show the pod's own interfaces, not the node's NICs")
+	}
+	// The runtime reads the CDI specs on the host: the driver must write
+	// them into the host's directory, writable.
+	if o["cdi-dir"] != "" {
+		if err := checkSamePathMount(spec, c, o["cdi-dir"]); err != nil {
+			return fmt.Errorf("--cdi-dir: %w", err)
+		}
 	}
 	if o["sysfs"] != "/sys" {
 		if err := checkSamePathMount(spec, c, o["sysfs"]); err != nil {
@@ -381,6 +389,9 @@ func TestDRARejects(t *testing.T) {
 				}
 			}
 		}, "read-only"},
+		{"CDI specs not on the host", func(_ *corev1.PodSpec, c *corev1.Container) {
+			c.VolumeMounts = slices.DeleteFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == "dra-cdi" })
+		}, "--cdi-dir: nothing is mounted at /var/run/cdi"},
 		{"no token", func(_ *corev1.PodSpec, c *corev1.Container) {
 			c.VolumeMounts = slices.DeleteFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == "dra-token" })
 		}, "no ServiceAccount token"},

@@ -280,6 +280,14 @@ func (c *call) attach(rec *state.Record) error {
 		c.log.Infof("applied rdmaQoS to RDMA device %s", rec.InPod())
 	}
 
+	undoCDI, err := c.writeCDI(rec)
+	if err != nil {
+		return rollback(err)
+	}
+	if undoCDI != nil {
+		undo = append(undo, undoCDI)
+	}
+
 	rec.State = state.StateAttached
 	if err := c.store.Put(rec); err != nil {
 		return rollback(fmt.Errorf("cannot record the attachment of RDMA device %s: %v", rec.Device, err))

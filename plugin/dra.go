@@ -139,6 +139,7 @@ func (c *call) claimedNIC() (drarecord.Device, error) {
 		return drarecord.Device{}, fmt.Errorf("the DRA driver's record of pod %s gives request %s the PCI address %s, which is not one (domain:bus:device.function); nothing was changed",
 			c.podName(), config.Quote(dev.Request), config.Quote(dev.PCIAddress))
 	}
+	c.claim = claimOf(claims, dev)
 	c.log.Infof("the pod's NIC for this attachment is %s (request %s, device %s of pool %s)", dev.PCIAddress, config.Quote(dev.Request), config.Quote(dev.Device), config.Quote(dev.Pool))
 	return dev, nil
 }

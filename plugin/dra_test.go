@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -509,5 +510,75 @@ func TestDRANADRecordDirRefused(t *testing.T) {
 	e.wantWhere("rxe2", "host")
 	if last := d.calls[len(d.calls)-1]; last.verb != "DEL" || last.plugin != "host-device" {
 		t.Fatalf("DEL delegated %+v, want host-device's DEL", d.calls)
+	}
+}
+
+// withCDI rewrites claim-1's record as a driver with CDI on writes it.
+func withCDI(t *testing.T, dir, cdiDir string) {
+	t.Helper()
+	recs := drarecord.Dir(dir)
+	c, ok, err := recs.Load("claim-1")
+	if err != nil || !ok {
+		t.Fatalf("claim-1's record: %v, %v", ok, err)
+	}
+	c.CDIDir = cdiDir
+	if err := recs.Write(c); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A claim prepared with CDI: each ADD that attaches one of its NICs
+// writes that NIC's CDI spec with the verbs node the kernel gave its RDMA
+// device in the pod (the move makes it anew: the fake kernel gives each
+// move a new one, so a node read before the move would be wrong), and
+// rdma_cm.
+func TestDRAWritesCDISpec(t *testing.T) {
+	e, p, d, dir := draEnv(t)
+	cdiDir := filepath.Join(t.TempDir(), "cdi")
+	withCDI(t, dir, cdiDir)
+	for _, i := range []int{1, 0} {
+		conf := e.draConf(p, map[string]any{"request": "nics", "index": i}, nil)
+		q := p
+		q.ifName = fmt.Sprintf("rail%d", i)
+		d.p = q // the fake host-device's name for the NIC in the pod
+		if _, err := e.add(q, conf, podArgs(draPod)); err != nil {
+			t.Fatalf("ADD %s: %v\nlog:\n%s", q.ifName, err, e.log)
+		}
+	}
+	for dev, rdma := range map[string]string{"pci-0000-00-05-0": "rxe2", "pci-0000-00-04-0": "rxe1"} {
+		b, err := os.ReadFile(filepath.Join(cdiDir, "nic.rdma-netns.io_nic_claim-1_"+dev+".json"))
+		if err != nil {
+			t.Fatalf("%s: %v", dev, err)
+		}
+		n := e.kernel.uverbs[rdma]
+		want := fmt.Sprintf(`{"cdiVersion":"0.5.0","kind":"nic.rdma-netns.io/nic","devices":[{"name":"claim-1-%s","containerEdits":{"deviceNodes":[{"path":"/dev/infiniband/uverbs%d","type":"c","major":231,"minor":%d,"fileMode":438,"permissions":"rw"}]}}],"containerEdits":{"deviceNodes":[{"path":"/dev/infiniband/rdma_cm","type":"c","major":10,"minor":58,"fileMode":438,"permissions":"rw"}]}}`,
+			dev, n, 192+n)
+		if string(b) != want {
+			t.Errorf("%s's spec\n%s\nwant\n%s", dev, b, want)
+		}
+	}
+}
+
+// A spec that cannot be written fails the ADD and rolls it back: the
+// RDMA device and the NIC go home and no record is left, so the sandbox
+// fails rather than a container starting without its verbs node.
+func TestDRACDIWriteFailsRollsBack(t *testing.T) {
+	e, p, d, dir := draEnv(t)
+	notDir := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(notDir, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	withCDI(t, dir, notDir)
+	conf := e.draConf(p, map[string]any{"request": "nics", "index": 1}, nil)
+	_, err := e.add(p, conf, podArgs(draPod))
+	if err == nil || !strings.Contains(err.Error(), "CDI spec of device pci-0000-00-05-0") {
+		t.Fatalf("ADD: %v, want the CDI spec's failure", err)
+	}
+	e.wantWhere("rxe2", "host")
+	if recs := e.records(); len(recs) != 0 {
+		t.Errorf("records %+v left", recs)
+	}
+	if last := d.calls[len(d.calls)-1]; last.verb != "DEL" || last.plugin != "host-device" {
+		t.Errorf("last delegated call %+v, want host-device's DEL taking the NIC back", last)
 	}
 }

@@ -39,6 +39,10 @@ type fakeKernel struct {
 	// hinted counts the moves that came with the right index as a hint.
 	index  map[string]uint32
 	hinted int
+	// uverbs is each device's verbs node number, made anew at every move
+	// into a pod as the kernel does (from the count of moves, so that two
+	// moves never give the same one here).
+	uverbs map[string]uint32
 
 	qos map[string]roceqos.Settings // device name -> applied settings
 
@@ -62,7 +66,7 @@ type fakeKernel struct {
 
 func newFakeKernel(devs ...string) *fakeKernel {
 	k := &fakeKernel{mode: rdmans.ModeExclusive, where: map[string]string{}, qos: map[string]roceqos.Settings{},
-		ports: map[string]string{}, sysParent: map[string]string{}, index: map[string]uint32{}}
+		ports: map[string]string{}, sysParent: map[string]string{}, index: map[string]uint32{}, uverbs: map[string]uint32{}}
 	for _, d := range devs {
 		k.where[d] = ""
 	}
@@ -119,6 +123,7 @@ func (k *fakeKernel) MoveToNetns(dev, nsPath string, hint uint32) (uint32, error
 	k.where[dev] = nsPath
 	delete(k.qos, dev)
 	k.moves++
+	k.uverbs[dev] = uint32(k.moves)
 	index := k.indexOf(dev)
 	if hint == index {
 		k.hinted++
@@ -130,6 +135,22 @@ func (k *fakeKernel) MoveToNetns(dev, nsPath string, hint uint32) (uint32, error
 		hook()
 	}
 	return index, nil
+}
+
+func (k *fakeKernel) VerbsNodesIn(nsPath string) (*rdmans.VerbsNodes, error) {
+	if err := checkNetns(nsPath); err != nil {
+		return nil, err
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	out := &rdmans.VerbsNodes{RdmaCM: &rdmans.CharDev{Name: "rdma_cm", Major: 10, Minor: 58}}
+	for dev, where := range k.where {
+		if where == nsPath {
+			n := k.uverbs[dev]
+			out.Devices = append(out.Devices, rdmans.VerbsNode{Device: dev, Uverbs: &rdmans.CharDev{Name: fmt.Sprintf("uverbs%d", n), Major: 231, Minor: 192 + n}})
+		}
+	}
+	return out, nil
 }
 
 func (k *fakeKernel) MoveToHost(dev, nsPath string) error {
@@ -193,6 +214,10 @@ func (k *fakeKernel) Rename(nsPath, from, to string) error {
 	k.where[to] = where
 	k.index[to] = k.indexOf(from)
 	delete(k.index, from)
+	if n, ok := k.uverbs[from]; ok {
+		delete(k.uverbs, from)
+		k.uverbs[to] = n
+	}
 	if p, ok := k.sysParent[from]; ok {
 		if k.tree != nil && where == "" {
 			k.tree.Remove("infiniband", from)

@@ -46,6 +46,9 @@ type Kernel interface {
 	// readies the pod's NIC for host-device's DEL as nic asks
 	// (rdmans.Netlink.RestoreNIC; the zero NIC asks nothing).
 	Release(nsPath, hostName, podName string, nic rdmans.NIC) (found bool, fix rdmans.NICFix, err error)
+	// VerbsNodesIn lists the RDMA devices in the netns at nsPath with
+	// their uverbs nodes, and rdma_cm, as the kernel gives them there.
+	VerbsNodesIn(nsPath string) (*rdmans.VerbsNodes, error)
 	// DeviceOfNetdev names the RDMA device in the netns at nsPath whose
 	// port is bound to netdev ifName, "" if none.
 	DeviceOfNetdev(nsPath, ifName string) (string, error)
@@ -136,6 +139,8 @@ type call struct {
 	// claimed is the NIC the pod's claim gave this attachment, in dra
 	// mode's ADD.
 	claimed *drarecord.Device
+	// claim is the driver's record of the claim that holds claimed.
+	claim *drarecord.Claim
 	// hostLink is the claimed NIC's host IP configuration, read before
 	// host-device moved it, for the record.
 	hostLink *linkconf.Config

@@ -22,11 +22,14 @@ import (
 	"github.com/rdma-netns/rdma-netns/cmd/rdma-netns-dra/driver"
 	"github.com/rdma-netns/rdma-netns/cmd/rdma-netns-dra/nics"
 	"github.com/rdma-netns/rdma-netns/cmd/rdma-netns-dra/publish"
+	"github.com/rdma-netns/rdma-netns/pkg/cdi"
 	"github.com/rdma-netns/rdma-netns/pkg/drarecord"
 	"github.com/rdma-netns/rdma-netns/pkg/rdmadev"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	metadatav1beta1 "k8s.io/dynamic-resource-allocation/api/metadata/v1beta1"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 )
 
@@ -37,6 +40,7 @@ const (
 
 type options struct {
 	node, recordDir, sysfs, kubeconfig string
+	cdiDir                             string
 	pciAddresses                       string
 	rescan                             time.Duration
 	busyWait                           time.Duration
@@ -48,6 +52,7 @@ func main() {
 	fl := flag.NewFlagSet("rdma-netns-dra", flag.ExitOnError)
 	fl.StringVar(&o.node, "node-name", os.Getenv("NODE_NAME"), "this node's name: the pool's name and the slice's node (default $NODE_NAME)")
 	fl.StringVar(&o.recordDir, "record-dir", drarecord.DefaultDir, "where the claims' records go, read by the rdma-netns CNI plugin; on the node's disk")
+	fl.StringVar(&o.cdiDir, "cdi-dir", cdi.DefaultDir, "where each prepared claim's CDI spec goes (its NICs' verbs device nodes, for the containers that name the claim), a directory the runtime reads CDI specs from; empty: no CDI devices (the NRI plugin gives the nodes)")
 	fl.StringVar(&o.sysfs, "sysfs", "/sys", "the sysfs to find the NICs in")
 	fl.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (default: the pod's service account)")
 	fl.StringVar(&o.pciAddresses, "pci-addresses", "", "comma-separated PCI addresses (0000:3b:00.0) of the only NICs to offer (default: every RDMA NIC of the node); the others stay with whatever else hands NICs out here")
@@ -84,7 +89,11 @@ func run(o options, logger *log.Logger) error {
 	records := drarecord.Dir(o.recordDir)
 	scanner := nics.Scanner{Root: o.sysfs, Only: only}
 	d := &driver.Driver{Records: records, Scanner: scanner, Log: logger, BusyWait: o.busyWait}
-	helper, err := kubeletplugin.Start(ctx, d,
+	if o.cdiDir != "" {
+		d.CDI = &cdi.Dir{Path: o.cdiDir}
+		sweepCDI(*d.CDI, records, logger)
+	}
+	opts := []kubeletplugin.Option{
 		kubeletplugin.DriverName(drarecord.DriverName),
 		kubeletplugin.KubeClient(client),
 		kubeletplugin.NodeName(o.node),
@@ -95,7 +104,16 @@ func run(o options, logger *log.Logger) error {
 		// helper, a Prepare waiting for a busy NIC would hold off the
 		// Unprepare that releases it.
 		kubeletplugin.Serialize(false),
-	)
+	}
+	if o.cdiDir != "" {
+		// The device metadata file of each request (Driver.metadata), in
+		// the plugin directory, bind-mounted into the containers by a CDI
+		// spec of the helper's in the same CDI directory; only the latest
+		// version of its format, which the helper requires.
+		opts = append(opts, kubeletplugin.EnableDeviceMetadata(true, []schema.GroupVersion{metadatav1beta1.SchemeGroupVersion}),
+			kubeletplugin.CDIDirectory(o.cdiDir))
+	}
+	helper, err := kubeletplugin.Start(ctx, d, opts...)
 	if err != nil {
 		return fmt.Errorf("starting the kubelet plugin %s (registrar %s, plugin dir %s; both must be mounted from the host at the same paths): %w",
 			drarecord.DriverName, registrarDir, pluginDir, err)
@@ -119,6 +137,29 @@ func run(o options, logger *log.Logger) error {
 			return nil
 		case <-tick.C:
 		}
+	}
+}
+
+// sweepCDI removes the CDI specs of claims that have no record (a driver
+// stopped between an Unprepare's two removals). A spec whose claim the
+// records cannot confirm is kept: a container of a prepared claim must
+// not lose its nodes to a record this instance failed to read.
+func sweepCDI(dir cdi.Dir, records drarecord.Dir, logger *log.Logger) {
+	recs, bad, err := records.List()
+	if err != nil || len(bad) > 0 {
+		logger.Printf("CDI specs in %s: not swept, the records are unreadable (%v, %d damaged)", dir.Path, err, len(bad))
+		return
+	}
+	keep := make(map[string]bool, len(recs))
+	for _, r := range recs {
+		keep[r.ClaimUID] = true
+	}
+	gone, err := dir.Sweep(keep)
+	if err != nil {
+		logger.Printf("CDI specs in %s: sweeping those of claims without a record: %v", dir.Path, err)
+	}
+	for _, uid := range gone {
+		logger.Printf("CDI specs: removed claim %s's, which has no record", uid)
 	}
 }
 

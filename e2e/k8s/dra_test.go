@@ -32,6 +32,7 @@ import (
 	"github.com/rdma-netns/rdma-netns/e2e/internal/rig"
 	"github.com/rdma-netns/rdma-netns/e2e/k8s/cluster"
 	"github.com/rdma-netns/rdma-netns/e2e/k8s/node"
+	"github.com/rdma-netns/rdma-netns/pkg/cdi"
 	"github.com/rdma-netns/rdma-netns/pkg/doctor"
 	"github.com/rdma-netns/rdma-netns/pkg/drarecord"
 )
@@ -1244,8 +1245,10 @@ func startsNothing(t *testing.T, ns, pod, why string, noSandbox bool, nics []rig
 		if err := noContainerStarted(p); err != nil {
 			t.Fatalf("%s %s: %v", pod, why, err)
 		}
-		if n := sandboxesLabelled(t, map[string]string{"io.kubernetes.pod.uid": string(p.UID)}); noSandbox && n != 0 {
-			t.Fatalf("%s %s: %d sandboxes, want none: its claim was not prepared", pod, why, n)
+		if noSandbox {
+			if n := sandboxesLabelled(t, map[string]string{"io.kubernetes.pod.uid": string(p.UID)}); n != 0 {
+				t.Fatalf("%s %s: %d sandboxes, want none: its claim was not prepared", pod, why, n)
+			}
 		}
 		if away, err := rig.Missing(nics); err != nil || len(away) > 0 {
 			t.Fatalf("%s %s: its NIC left the host: %v %v", pod, why, away, err)
@@ -1487,6 +1490,11 @@ func waitNoClaimRecords(t *testing.T) {
 	}); err != nil {
 		out, _ := exec.Command("ls", "-l", draRecordDir).CombinedOutput()
 		t.Errorf("%v: %d records, damaged %v:\n%s", err, len(claims), bad, out)
+	}
+	// Unprepare removes the claim's CDI specs right after its record: the
+	// NICs' and the device metadata's (the kubelet plugin helper's).
+	if specs, _ := filepath.Glob(filepath.Join(cdi.DefaultDir, drarecord.DriverName+"_*")); len(specs) > 0 {
+		t.Errorf("no claim record is left, but CDI specs are: %v", specs)
 	}
 }
 

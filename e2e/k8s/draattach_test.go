@@ -4,6 +4,7 @@ package k8s
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -55,18 +56,26 @@ func (d *draRig) claimOnly(t *testing.T) {
 		_ = cs.ResourceV1().ResourceClaimTemplates("default").Delete(ctx(t), attachTemplate, metav1.DeleteOptions{})
 	})
 	applyManifest(t, "pod-dra-attach")
-	createPod(t, attachPod("attach-b", attachTemplate))
+	// attach-b opts out of the NRI plugin: its verbs nodes come from the
+	// claim's CDI devices alone, and it is the client of the traffic.
+	pb := attachPod("attach-b", attachTemplate)
+	pb.Annotations = map[string]string{"rdma-netns.io/nri": "skip"}
+	createPod(t, pb)
 	start := time.Now()
 	waitRunning(t, "default", attachConfPod, 4*time.Minute)
 	waitRunning(t, "default", "attach-b", 4*time.Minute)
 	t.Logf("both claim-only pods Running %s after their creation", time.Since(start).Round(time.Second))
 	a := d.railsHold(t, attachConfPod, before)
 	b := d.railsHold(t, "attach-b", before)
+	verbsNodesByCDI(t, "attach-b", "tools", b)
+	jobLine(t, attachConfPod, "app", a)
+	bDevs := metadataRDMA(t, "attach-b", "tools", b)
 	railsInNetworkStatus(t, attachConfPod, before, a)
 	railsInNetworkStatus(t, "attach-b", before, b)
 	for i := range a {
 		srv := rig.Peer{Run: execRunner("default", attachConfPod, "app"), Dev: a[i].RDMA, IP: hostAddr(before, a[i])}
-		cli := rig.Peer{Run: execRunner("default", "attach-b", "tools"), Dev: b[i].RDMA, IP: hostAddr(before, b[i])}
+		// The client's device is the one its metadata file names.
+		cli := rig.Peer{Run: execRunner("default", "attach-b", "tools"), Dev: bDevs[i], IP: hostAddr(before, b[i])}
 		bw, err := rig.WriteBWBetween(ctx(t), srv, cli, 65536, 100)
 		if err != nil {
 			t.Fatalf("rail%d: %v\n%s: %s\nattach-b: %s", i, err, attachConfPod, netDiagOf(t, attachConfPod, "rail*"), netDiagOf(t, "attach-b", "rail*"))
@@ -107,6 +116,128 @@ func (d *draRig) claimOnly(t *testing.T) {
 	d.sliceUnchanged(t, "the claim-only pods deleted")
 	d.claimOnlyWithoutMultus(t, before)
 	d.claimConfigInvalid(t)
+	d.claimNeverAttached(t)
+}
+
+// claimNeverAttached: a pod whose claimed NIC nothing attaches (a claim
+// of conf's NAD-path template, and the pod names no network) gets its
+// sandbox, but containerd refuses its container: the claim's CDI device
+// resolves only once an ADD has put the NIC in the pod and written its
+// spec. So the pod never runs without its NIC, whatever left it out of
+// the sandbox (here its author; on a node, the claims entry missing from
+// the primary network while the sandbox was made), and the NIC stays
+// home. Without CDI devices such a pod ran, without its NIC.
+func (d *draRig) claimNeverAttached(t *testing.T) {
+	const pod = "dra-unattached"
+	p := draPod(pod, draOneTemplate, 0, 0)
+	p.Annotations = nil
+	p.Spec.Containers[0].Resources.Claims = []corev1.ResourceClaim{{Name: "nics"}}
+	createPod(t, p)
+	ev := waitEventReason(t, "default", pod, "Failed", "CDI", "nic.rdma-netns.io/nic=")
+	t.Logf("a claim pod whose NIC nothing attached: %s: %s", ev.Reason, ev.Message)
+	_, nics := d.claimNICs(t, pod)
+	startsNothing(t, "default", pod, "whose NIC nothing attached", false, nics)
+	deletePod(t, "default", pod, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+	waitNICsHome(t, nics)
+	waitNoClaimRecords(t)
+}
+
+// verbsNodesByCDI checks a claim pod that opted out of the NRI plugin:
+// its container has exactly its NICs' verbs nodes (the uverbs node the
+// kernel gave each RDMA device in the pod) and rdma_cm, from the claim's
+// CDI devices, which containerd applied (the container's OCI spec has
+// them and no NRI plugin's mark).
+func verbsNodesByCDI(t *testing.T, pod, ctr string, nics []rig.NIC) {
+	t.Helper()
+	want := []string{"rdma_cm"}
+	for _, n := range nics {
+		want = append(want, uverbsOf(t, n.RDMA))
+	}
+	slices.Sort(want)
+	out, stderr, err := execIn(t, "default", pod, ctr, "ls", "/dev/infiniband")
+	if err != nil {
+		t.Fatalf("pod %s: ls /dev/infiniband: %v\n%s", pod, err, stderr)
+	}
+	got := strings.Fields(out)
+	slices.Sort(got)
+	if !slices.Equal(got, want) {
+		t.Errorf("pod %s: /dev/infiniband has %v, want %v: its NICs' verbs nodes and rdma_cm, no other", pod, got, want)
+	}
+	p, err := cs.CoreV1().Pods("default").Get(ctx(t), pod, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if by := adjustedBy(t, *p); by != "" {
+		t.Errorf("pod %s opted out of the NRI plugin, but %s = %q", pod, nriAdjustedBy, by)
+	}
+	t.Logf("pod %s (no NRI plugin): /dev/infiniband %v, from its claim's CDI devices", pod, got)
+}
+
+// metadataFile is where the kubelet mounts the device metadata of the
+// request "rails" of the pod's claim "rails" (a claim from a template).
+const metadataFile = "/var/run/kubernetes.io/dra-device-attributes/resourceclaimtemplates/rails/rails/" + draDriver + "-metadata.json"
+
+// metadataRDMA reads the device metadata file in the pod's container and
+// checks that it gives each of nics (rail0, rail1 as the kernel has them
+// in the pod) as the pod has it: its PCI address, its RDMA device, its
+// interface. It returns the RDMA devices the file names, in rail order.
+func metadataRDMA(t *testing.T, pod, ctr string, nics []rig.NIC) []string {
+	t.Helper()
+	out, stderr, err := execIn(t, "default", pod, ctr, "cat", metadataFile)
+	if err != nil {
+		t.Fatalf("pod %s: the device metadata file %s: %v\n%s", pod, metadataFile, err, stderr)
+	}
+	var m struct {
+		APIVersion string `json:"apiVersion"`
+		Requests   []struct {
+			Name    string `json:"name"`
+			Devices []struct {
+				Name        string                                 `json:"name"`
+				Attributes  map[string]resourceapi.DeviceAttribute `json:"attributes"`
+				NetworkData *resourceapi.NetworkDeviceData         `json:"networkData"`
+			} `json:"devices"`
+		} `json:"requests"`
+	}
+	// A stream of the same object in each version the driver writes,
+	// newest first; the first is the one to read.
+	if err := json.NewDecoder(strings.NewReader(out)).Decode(&m); err != nil {
+		t.Fatalf("pod %s: the device metadata file: %v\n%s", pod, err, out)
+	}
+	if m.APIVersion != "metadata.resource.k8s.io/v1beta1" || len(m.Requests) != 1 || m.Requests[0].Name != "rails" || len(m.Requests[0].Devices) != len(nics) {
+		t.Fatalf("pod %s: device metadata %s, want v1beta1 with request rails and its %d NICs", pod, out, len(nics))
+	}
+	str := func(a map[string]resourceapi.DeviceAttribute, k string) string {
+		if v, ok := a[k]; ok && v.StringValue != nil {
+			return *v.StringValue
+		}
+		return ""
+	}
+	var devs []string
+	for i, d := range m.Requests[0].Devices {
+		iface := fmt.Sprintf("rail%d", i)
+		pci, rdma, netdev := str(d.Attributes, pciBusIDAttr), str(d.Attributes, draDriver+"/rdmaDevice"), str(d.Attributes, draDriver+"/netdev")
+		if pci != nics[i].PCI || rdma != nics[i].RDMA || netdev != iface || d.NetworkData == nil || d.NetworkData.InterfaceName != iface {
+			t.Errorf("pod %s: metadata of %s: PCI %s, RDMA %s, netdev %s, network data %+v; want %s, %s, %s as the pod has it", pod, d.Name, pci, rdma, netdev, d.NetworkData, nics[i].PCI, nics[i].RDMA, iface)
+		}
+		devs = append(devs, rdma)
+	}
+	t.Logf("pod %s: its device metadata names %v", pod, devs)
+	return devs
+}
+
+// jobLine checks what conf's claim-only pod printed: the NCCL and UCX
+// device lists its command built from its device metadata file, naming
+// its NICs' RDMA devices as the pod has them, in rail order.
+func jobLine(t *testing.T, pod, ctr string, nics []rig.NIC) {
+	t.Helper()
+	p, err := cs.CoreV1().Pods("default").Get(ctx(t), pod, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("NCCL_IB_HCA==%s,%s UCX_NET_DEVICES=%s:1,%s:1", nics[0].RDMA, nics[1].RDMA, nics[0].RDMA, nics[1].RDMA)
+	if got := strings.TrimSpace(podLogs(t, *p, ctr)); got != want {
+		t.Errorf("pod %s printed %q, want %q: its command builds them from the device metadata file", pod, got, want)
+	}
 }
 
 // claimConfigInvalid: a claim whose configuration for the driver writes

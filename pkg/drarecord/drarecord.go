@@ -69,6 +69,11 @@ type Claim struct {
 	// pod's sandbox is made. A claim without one is attached by a NAD's
 	// dra mode.
 	Attach bool `json:"attach,omitempty"`
+	// CDIDir is where the ADD that attaches each of the claim's NICs
+	// writes its CDI spec (package cdi): Prepare gave the kubelet a CDI
+	// device per NIC, which resolves once the NIC is in the pod. "" when
+	// the driver gives no CDI devices.
+	CDIDir string `json:"cdiDir,omitempty"`
 }
 
 // Device is one allocation result of this driver.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/rdma-netns/rdma-netns/cmd/rdma-netns-dra/nics"
 	"github.com/rdma-netns/rdma-netns/cmd/rdma-netns-dra/slices"
+	"github.com/rdma-netns/rdma-netns/pkg/cdi"
 	"github.com/rdma-netns/rdma-netns/pkg/config"
 	"github.com/rdma-netns/rdma-netns/pkg/draconfig"
 	"github.com/rdma-netns/rdma-netns/pkg/drarecord"
@@ -28,9 +29,11 @@ import (
 // it made from a pod's template: the pod's name for the claim.
 const PodClaimNameAnnotation = "resource.kubernetes.io/pod-claim-name"
 
-// Scanner lists the NICs the host sees now.
+// Scanner lists the NICs the host sees now, and describes a NIC's PCI
+// function, which stays on the host while a pod holds the NIC.
 type Scanner interface {
 	Scan() ([]nics.NIC, []nics.Skipped, error)
+	DescribePCI(n *nics.NIC)
 }
 
 // Driver implements kubeletplugin.DRAPlugin.
@@ -38,6 +41,12 @@ type Driver struct {
 	Records drarecord.Dir
 	Scanner Scanner
 	Log     *log.Logger
+	// CDI, when set, is the CDI spec directory: Prepare gives the kubelet
+	// a CDI device per NIC and records the directory for the CNI ADD,
+	// which writes each NIC's spec (its verbs nodes) once the NIC is in
+	// the pod; Unprepare removes them (package cdi). Nil: no CDI devices
+	// (the NRI plugin gives the nodes).
+	CDI *cdi.Dir
 	// BusyWait is how long Prepare waits for a NIC that another claim's
 	// record still holds, or that is not back on the host yet, before it
 	// refuses the claim (0: at once). The scheduler gives a NIC to a new
@@ -124,7 +133,7 @@ func (d *Driver) prepareRound(claims []*resourceapi.ResourceClaim, mine map[stri
 			out[c.UID] = kubeletplugin.PrepareResult{Err: err}
 			continue
 		}
-		out[c.UID] = kubeletplugin.PrepareResult{Devices: result(rec)}
+		out[c.UID] = kubeletplugin.PrepareResult{Devices: d.result(rec)}
 	}
 	return again
 }
@@ -284,6 +293,9 @@ func (d *Driver) prepare(c *resourceapi.ResourceClaim, b *batch) (*drarecord.Cla
 	if err := rdmaNamesFree(rec, b.visible, held); err != nil {
 		return nil, err
 	}
+	if d.CDI != nil && len(rec.Devices) > 0 {
+		rec.CDIDir = d.CDI.Path
+	}
 	if err := d.Records.Write(rec); err != nil {
 		return nil, fmt.Errorf("writing the record for the CNI plugin: %w", err)
 	}
@@ -427,13 +439,18 @@ func ours(c *resourceapi.ResourceClaim) []resourceapi.DeviceRequestAllocationRes
 	return out
 }
 
-// result tells kubelet which devices were prepared; no CDI devices: the
-// device nodes come from rdma-netns-nri, for the RDMA devices that reach
-// the pod's netns.
-func result(rec *drarecord.Claim) []kubeletplugin.Device {
+// result tells kubelet which devices were prepared and, for a claim
+// prepared with CDI, the CDI device of each, which the kubelet passes to
+// the runtime for every container that names the claim. The record says
+// which: a claim recorded before CDI was turned on keeps its answer.
+func (d *Driver) result(rec *drarecord.Claim) []kubeletplugin.Device {
 	out := make([]kubeletplugin.Device, 0, len(rec.Devices))
 	for _, dev := range rec.Devices {
-		out = append(out, kubeletplugin.Device{Requests: []string{dev.Request}, PoolName: dev.Pool, DeviceName: dev.Device})
+		kd := kubeletplugin.Device{Requests: []string{dev.Request}, PoolName: dev.Pool, DeviceName: dev.Device, Metadata: d.metadata(rec, dev)}
+		if rec.CDIDir != "" {
+			kd.CDIDeviceIDs = []string{cdi.ID(rec.ClaimUID, dev.Device)}
+		}
+		out = append(out, kd)
 	}
 	return out
 }
@@ -463,6 +480,11 @@ func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 	for _, c := range claims {
 		rec, had, _ := d.Records.Load(string(c.UID))
 		err := d.Records.Remove(string(c.UID))
+		if err == nil {
+			// After the record: a spec left by a stop between the two is
+			// swept at the driver's next start.
+			err = removeCDI(d.CDI, rec, string(c.UID))
+		}
 		out[c.UID] = err
 		switch {
 		case err != nil:
@@ -475,6 +497,55 @@ func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 		}
 	}
 	return out, nil
+}
+
+// metadata is what the kubelet's device metadata file (mounted in each
+// container that names the claim, when main enables it) says of the NIC:
+// the attributes the slice publishes, but with its names as the pod has
+// them: its RDMA device under its claim's rdmaDevName, and, for a claim
+// that attaches its NICs itself, the interface its configuration names
+// (also the network data's interface). A NIC a NAD attaches takes the
+// name the pod's network selection gives it, unknown here: no netdev.
+// So a job builds NCCL_IB_HCA or UCX_NET_DEVICES from the file rather
+// than guessing names. Read from the record and the PCI function, both
+// there on a Prepare again after the NIC moved into the pod.
+func (d *Driver) metadata(rec *drarecord.Claim, dev drarecord.Device) *kubeletplugin.DeviceMetadata {
+	n := nics.NIC{PCIAddress: dev.PCIAddress, RdmaDevice: dev.RdmaDevice}
+	if c := dev.Config; c != nil {
+		if c.RdmaDevName != "" {
+			n.RdmaDevice = c.RdmaDevName
+		}
+		if rec.Attach {
+			n.Netdev = c.InterfaceName
+		}
+	}
+	d.Scanner.DescribePCI(&n)
+	m := &kubeletplugin.DeviceMetadata{Attributes: map[string]resourceapi.DeviceAttribute{}}
+	for k, v := range slices.Attributes(n) {
+		m.Attributes[string(k)] = v
+	}
+	if n.Netdev != "" {
+		m.NetworkData = &resourceapi.NetworkDeviceData{InterfaceName: n.Netdev}
+	}
+	return m
+}
+
+// removeCDI removes the claim's CDI specs, from the directory its record
+// names and from the driver's own.
+func removeCDI(own *cdi.Dir, rec *drarecord.Claim, uid string) error {
+	var dirs []string
+	if own != nil {
+		dirs = append(dirs, own.Path)
+	}
+	if rec != nil && rec.CDIDir != "" && (own == nil || rec.CDIDir != own.Path) {
+		dirs = append(dirs, rec.CDIDir)
+	}
+	for _, dir := range dirs {
+		if err := (cdi.Dir{Path: dir}).Remove(uid); err != nil {
+			return fmt.Errorf("removing the claim's CDI specs in %s: %w", dir, err)
+		}
+	}
+	return nil
 }
 
 // HandleError logs what the helper could not do in the background

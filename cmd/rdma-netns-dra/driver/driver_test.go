@@ -14,6 +14,7 @@ import (
 	"github.com/rdma-netns/rdma-netns/cmd/rdma-netns-dra/driver"
 	"github.com/rdma-netns/rdma-netns/cmd/rdma-netns-dra/internal/fakesys"
 	"github.com/rdma-netns/rdma-netns/cmd/rdma-netns-dra/nics"
+	"github.com/rdma-netns/rdma-netns/pkg/cdi"
 	"github.com/rdma-netns/rdma-netns/pkg/drarecord"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -81,7 +82,7 @@ func TestPrepareAgainAfterRestart(t *testing.T) {
 		t.Fatal(first.Err)
 	}
 	want := []kubeletplugin.Device{{Requests: []string{"nics"}, PoolName: pool, DeviceName: fakesys.MlxDevice}}
-	if !reflect.DeepEqual(first.Devices, want) {
+	if !reflect.DeepEqual(withoutMetadata(first.Devices), want) {
 		t.Errorf("Prepare = %+v, want %+v", first.Devices, want)
 	}
 	rec, ok, err := dir.Load("claim-1")
@@ -175,7 +176,7 @@ func TestPrepareIgnoresOtherDrivers(t *testing.T) {
 		t.Fatal(r.Err)
 	}
 	want := []kubeletplugin.Device{{Requests: []string{"nic"}, PoolName: pool, DeviceName: fakesys.VirtioDevice}}
-	if !reflect.DeepEqual(r.Devices, want) {
+	if !reflect.DeepEqual(withoutMetadata(r.Devices), want) {
 		t.Errorf("Prepare = %+v, want only %+v", r.Devices, want)
 	}
 	rec, _, err := dir.Load("claim-4")
@@ -305,7 +306,7 @@ func TestPrepareSameClaimTwice(t *testing.T) {
 	want := []kubeletplugin.Device{{Requests: []string{"nics"}, PoolName: pool, DeviceName: fakesys.MlxDevice}}
 	for round := 1; round <= 2; round++ {
 		r := prepareBatch(t, d, c, c)[c.UID]
-		if r.Err != nil || !reflect.DeepEqual(r.Devices, want) {
+		if r.Err != nil || !reflect.DeepEqual(withoutMetadata(r.Devices), want) {
 			t.Errorf("round %d: Prepare = %+v (err %v), want %+v", round, r.Devices, r.Err, want)
 		}
 	}
@@ -376,9 +377,12 @@ func TestPrepareRecordsConfig(t *testing.T) {
 		{Source: resourceapi.AllocationConfigSourceClaim, DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{
 			Driver: "gpu.example.com", Parameters: runtime.RawExtension{Raw: []byte(`{"anything":1}`)}}}},
 	}
-	if r := prepare(t, newDriver(sys.Root, dir), c); r.Err != nil {
+	r := prepare(t, newDriver(sys.Root, dir), c)
+	if r.Err != nil {
 		t.Fatal(r.Err)
 	}
+	wantMetadata(t, r.Devices[0].Metadata, fakesys.MlxAddr, "rdma_r0", "rail0", "pci0000:10", ptr.To[int64](1))
+	wantMetadata(t, r.Devices[1].Metadata, fakesys.VirtioAddr, fakesys.VirtioRDMA, "net2", "pci0000:00", nil)
 	rec, _, err := dir.Load("claim-c1")
 	if err != nil || rec == nil || len(rec.Devices) != 2 {
 		t.Fatalf("record %+v, err %v", rec, err)
@@ -608,4 +612,106 @@ func TestPrepareBusyLogsHolderOnce(t *testing.T) {
 			t.Errorf("the log does not say %q:\n%s", want, out)
 		}
 	}
+}
+
+func newCDIDriver(root string, dir drarecord.Dir, spec string) *driver.Driver {
+	d := newDriver(root, dir)
+	d.CDI = &cdi.Dir{Path: spec}
+	return d
+}
+
+// With CDI on, Prepare gives the kubelet a CDI device per NIC and records
+// the spec directory for the CNI ADD, but writes no spec: the verbs node
+// is known only once the NIC is in the pod. A Prepare again (the kubelet
+// after its restart) answers the same from the record, even with CDI
+// turned off since; Unprepare removes every spec of the claim the ADDs
+// wrote, and only the claim's.
+func TestPrepareGivesCDIDevices(t *testing.T) {
+	sys := fakesys.New(t)
+	dir := drarecord.Dir(t.TempDir())
+	specs := filepath.Join(t.TempDir(), "cdi")
+	c := claim("claim-1", []string{"pod-1"}, result{drarecord.DriverName, "nics", fakesys.VirtioDevice}, result{drarecord.DriverName, "nics", fakesys.MlxDevice})
+	d := newCDIDriver(sys.Root, dir, specs)
+	r := prepare(t, d, c)
+	if r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	ids := func(r kubeletplugin.PrepareResult) []string {
+		var out []string
+		for _, dev := range r.Devices {
+			out = append(out, dev.CDIDeviceIDs...)
+		}
+		return out
+	}
+	want := []string{cdi.ID("claim-1", fakesys.VirtioDevice), cdi.ID("claim-1", fakesys.MlxDevice)}
+	if got := ids(r); !reflect.DeepEqual(got, want) {
+		t.Errorf("CDI devices %v, want %v", got, want)
+	}
+	if rec, _, _ := dir.Load("claim-1"); rec.CDIDir != specs {
+		t.Errorf("record's CDI directory %q, want %q", rec.CDIDir, specs)
+	}
+	if ents, _ := os.ReadDir(specs); len(ents) != 0 {
+		t.Errorf("Prepare wrote %d spec files; the ADD writes them", len(ents))
+	}
+	if again := prepare(t, newDriver(sys.Root, dir), c); again.Err != nil || !reflect.DeepEqual(ids(again), want) {
+		t.Errorf("Prepare again without CDI = %v (%v), want the recorded answer %v", ids(again), again.Err, want)
+	}
+
+	// What the ADDs write, and another claim's spec.
+	for _, w := range []struct{ uid, dev string }{{"claim-1", fakesys.VirtioDevice}, {"claim-1", fakesys.MlxDevice}, {"claim-2", fakesys.VirtioDevice}} {
+		if err := (cdi.Dir{Path: specs}).Write(w.uid, w.dev, cdi.Node{Name: "uverbs3", Major: 231, Minor: 195}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := d.UnprepareResourceClaims(context.Background(), []kubeletplugin.NamespacedObject{{UID: c.UID}}); err != nil {
+		t.Fatal(err)
+	}
+	ents, _ := os.ReadDir(specs)
+	if len(ents) != 1 || !strings.Contains(ents[0].Name(), "claim-2") {
+		t.Errorf("after Unprepare of claim-1: %v, want claim-2's spec alone", ents)
+	}
+}
+
+// wantMetadata checks a NIC's device metadata: its PCI place as the slice
+// publishes it, and its names as the pod has them (netdev "" for a NIC a
+// NAD attaches, whose name the pod's network selection gives).
+func wantMetadata(t *testing.T, m *kubeletplugin.DeviceMetadata, pci, rdma, netdev, root string, numa *int64) {
+	t.Helper()
+	if m == nil {
+		t.Fatalf("%s: no metadata", pci)
+	}
+	str := func(name string) string {
+		if v, ok := m.Attributes[name]; ok && v.StringValue != nil {
+			return *v.StringValue
+		}
+		return ""
+	}
+	for name, want := range map[string]string{
+		"resource.kubernetes.io/pciBusID": pci, "resource.kubernetes.io/pcieRoot": root,
+		"nic.rdma-netns.io/rdmaDevice": rdma, "nic.rdma-netns.io/netdev": netdev,
+	} {
+		if got := str(name); got != want {
+			t.Errorf("%s: metadata %s = %q, want %q", pci, name, got, want)
+		}
+	}
+	if got := m.Attributes["resource.kubernetes.io/numaNode"].IntValue; (got == nil) != (numa == nil) || got != nil && *got != *numa {
+		t.Errorf("%s: metadata numaNode %v, want %v", pci, got, numa)
+	}
+	switch {
+	case netdev == "" && m.NetworkData != nil:
+		t.Errorf("%s: network data %+v for a NIC whose pod name is not known", pci, m.NetworkData)
+	case netdev != "" && (m.NetworkData == nil || m.NetworkData.InterfaceName != netdev):
+		t.Errorf("%s: network data %+v, want interface %s", pci, m.NetworkData, netdev)
+	}
+}
+
+// withoutMetadata is devs without their metadata, which wantMetadata
+// checks.
+func withoutMetadata(devs []kubeletplugin.Device) []kubeletplugin.Device {
+	out := make([]kubeletplugin.Device, len(devs))
+	for i, d := range devs {
+		d.Metadata = nil
+		out[i] = d
+	}
+	return out
 }
