@@ -197,17 +197,23 @@ e2e-k8s-stages:
 	@$(E2E_K8S_STAGES)
 E2E_K8S_STAGES = set -e; $(K8S_ENV); \
 	$(if $(K8S_PREBUILD_OLDEST),$(OLDEST_PREBUILD);) \
-	rm -f $(K8S_DISK); truncate -s 4G $(K8S_DISK); mkfs.ext4 -q -F $(K8S_DISK); \
-	$(K8S_CLUSTER) sh -c '$(K8S_VM) --timeout $(K8S_FIRST_BOOT_TIMEOUT) --disk $(K8S_DISK) -- "k8s.test $(E2E_FLAGS)$(if $(K8S_TESTS), -test.run '\''$(K8S_TESTS)'\'')" && \
-	  $(K8S_VM) --disk $(K8S_DISK) -- "k8s.test -k8s.boot reboot $(E2E_FLAGS) -test.run ^TestReboot$$"'; \
+	$(call LOCKUP_RETRY,$(K8S_DISK_STAGE)); \
 	$(if $(K8S_NORDMA),$(call LOCKUP_RETRY,$(K8S_CLUSTER) $(K8S_VM) --nics 3 --no-rxe -- 'k8s.test $(E2E_FLAGS) -test.run ^TestNoRDMA$$');) \
 	$(if $(K8S_PAIRS),$(call LOCKUP_RETRY,$(K8S_CLUSTER) $(K8S_VM) --nics 8 --pcie-roots 2 --standin-gpus 2 -- 'k8s.test $(E2E_FLAGS) -k8s.pairs-required -test.run ^TestDRAPairs$$'))
 
-## LOCKUP_RETRY runs a stage of one VM without a disk, or the two-node
-## stage (K8S_PAIR), and once more, on a control plane and VMs of its own,
-## when a VM's CPUs locked up or it hung (vm-run.sh's status 126: a soft
-## lockup or a fired watchdog under TCG, which the guest turns into a
-## panic). Any other failure fails the stage.
+## K8S_DISK_STAGE is the node's stage on its disk: the first boot, then
+## the boot after its reboot, on a disk and a control plane made anew.
+K8S_DISK_STAGE = { rm -f $(K8S_DISK); truncate -s 4G $(K8S_DISK); mkfs.ext4 -q -F $(K8S_DISK); \
+	$(K8S_CLUSTER) sh -c '$(K8S_VM) --timeout $(K8S_FIRST_BOOT_TIMEOUT) --disk $(K8S_DISK) -- "k8s.test $(E2E_FLAGS)$(if $(K8S_TESTS), -test.run '\''$(K8S_TESTS)'\'')" && \
+	  $(K8S_VM) --disk $(K8S_DISK) -- "k8s.test -k8s.boot reboot $(E2E_FLAGS) -test.run ^TestReboot$$"'; }
+
+## LOCKUP_RETRY runs a stage (one VM without a disk, the disk stage's two
+## boots, or the two-node stage, K8S_PAIR) and once more, on a control
+## plane, VMs and disks of its own, when a VM's CPUs locked up or it hung
+## (vm-run.sh's status 126: a soft lockup or a fired watchdog under TCG,
+## which the guest turns into a panic; a cold make test saw the oldest
+## pair's second boot lock up, 2026-11-30). Any other failure fails the
+## stage.
 LOCKUP_RETRY = { $(1) || { rc=$$?; [ $$rc = 126 ] || exit $$rc; \
 	  echo "[e2e-k8s] a VM of the stage locked up or hung (vm-run.sh status 126): running the stage once more"; $(1) || exit $$?; }; }
 

@@ -356,6 +356,11 @@ func (c *call) resume(recs []*state.Record) (bool, error) {
 					return false, err
 				}
 			}
+			// An ADD stopped after the move may not have written the CDI
+			// spec the claim's containers need: written again.
+			if _, err := c.writeCDI(rec); err != nil {
+				return false, err
+			}
 			c.log.Infof("RDMA device %s is already in this pod; nothing to do", rec.InPod())
 			if path := c.conf.RuntimeConfig.CNIDeviceInfoFile; path != "" {
 				if err := deviceinfo.Write(path, rec.PCIAddress, rec.InPod()); err != nil {
@@ -417,6 +422,9 @@ func (c *call) adopt(recs []*state.Record, podName string) (bool, error) {
 	}
 	if err := c.store.Put(rec); err != nil {
 		return true, fmt.Errorf("cannot record the attachment of RDMA device %s: %v", dev, err)
+	}
+	if _, err := c.writeCDI(rec); err != nil {
+		return true, err
 	}
 	if dev == podName {
 		c.log.Warnf("RDMA device %s is already in this pod but its attachment record was lost: DEL returns it under this name, its host name being unknown", dev)

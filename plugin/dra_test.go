@@ -557,6 +557,23 @@ func TestDRAWritesCDISpec(t *testing.T) {
 			t.Errorf("%s's spec\n%s\nwant\n%s", dev, b, want)
 		}
 	}
+
+	// An ADD stopped after the move left no spec: the runtime's ADD again
+	// finds the device in the pod and writes it.
+	spec := filepath.Join(cdiDir, "nic.rdma-netns.io_nic_claim-1_pci-0000-00-05-0.json")
+	first, _ := os.ReadFile(spec)
+	if err := os.Remove(spec); err != nil {
+		t.Fatal(err)
+	}
+	q := p
+	q.ifName = "rail1"
+	d.p = q
+	if _, err := e.add(q, e.draConf(p, map[string]any{"request": "nics", "index": 1}, nil), podArgs(draPod)); err != nil {
+		t.Fatalf("ADD again: %v\nlog:\n%s", err, e.log)
+	}
+	if again, err := os.ReadFile(spec); err != nil || string(again) != string(first) {
+		t.Errorf("the spec after ADD again: %s (%v), want %s", again, err, first)
+	}
 }
 
 // A spec that cannot be written fails the ADD and rolls it back: the

@@ -5,6 +5,8 @@ package k8s
 import (
 	"flag"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -19,6 +21,8 @@ import (
 
 	"github.com/rdma-netns/rdma-netns/e2e/internal/rig"
 	"github.com/rdma-netns/rdma-netns/e2e/k8s/deviceplugin"
+	"github.com/rdma-netns/rdma-netns/e2e/k8s/node"
+	cniinstall "github.com/rdma-netns/rdma-netns/pkg/install"
 )
 
 // benchDRANICs are the counts of NICs per pod TestBenchDRA runs rounds of.
@@ -55,9 +59,13 @@ func TestBenchDRA(t *testing.T) {
 		pcis[i] = n.PCI
 	}
 
-	d := &draRig{t: t, nics: nics}
+	// The chart's claims-entry container would put the entry back within
+	// 10 s of its removal: off, the bench takes the entry out and puts it
+	// in itself, for the plain pods' rounds.
+	d := &draRig{t: t, nics: nics, set: []string{"dra.claimsEntry=false"}}
 	d.enable()
 	t.Cleanup(d.cleanup)
+	claimsEntry(t, true)
 	for _, m := range []string{"dra-deviceclass", "dra-claimtemplate", "nad-dra", "dra-claimtemplate-attach"} {
 		applyManifest(t, m)
 	}
@@ -84,7 +92,21 @@ func TestBenchDRA(t *testing.T) {
 	for _, n := range counts {
 		times[n] = map[string][]podTimes{}
 	}
+	plain := map[bool][]podTimes{}
 	for i := range *benchRounds {
+		// A pod with no claim, the node's primary network with the
+		// claims entry and without it, in turn.
+		for _, with := range []bool{i%2 == 0, i%2 == 1} {
+			claimsEntry(t, with)
+			name := fmt.Sprintf("bench-plain-%v-%d", with, i)
+			pod := toolsPod("default", name, "")
+			pod.Annotations = nil
+			pt := podTimes{start: startTimed(t, pod, 0)}
+			pt.stop = stopBenchPod(t, name, nil)
+			plain[with] = append(plain[with], pt)
+			t.Logf("%s: Running %s after create, gone %s after delete", name, pt.start.Round(time.Millisecond), pt.stop.Round(time.Millisecond))
+		}
+		claimsEntry(t, true)
 		for j, n := range counts {
 			order := []string{benchByClaim, benchByClaimOnly, benchByDP}
 			if (i+j)%2 == 1 {
@@ -113,7 +135,37 @@ func TestBenchDRA(t *testing.T) {
 				ratio(stats(stopsOf(times[n][by])).p50, stats(stopsOf(times[n][benchByDP])).p50))
 		}
 	}
+	for _, with := range []bool{true, false} {
+		s := stats(startsOf(plain[with]))
+		fmt.Fprintf(&b, "%-5d %-14s %9.2fs %9.2fs %9.2fs %13.2fs\n", 0, map[bool]string{true: "plain, entry", false: "plain, none"}[with], s.p50, s.min, s.max, stats(stopsOf(plain[with])).p50)
+	}
+	fmt.Fprintf(&b, "%-5s a pod with no claim, the claims entry in the primary network / not: %s start p50, %s delete p50\n", "",
+		ratio(stats(startsOf(plain[true])).p50, stats(startsOf(plain[false])).p50),
+		ratio(stats(stopsOf(plain[true])).p50, stats(stopsOf(plain[false])).p50))
 	fmt.Printf("=== K8S DRA BENCH BEGIN ===\n%s=== K8S DRA BENCH END ===\n", b.String())
+}
+
+// claimsEntry puts the claims entry into the node's primary network, or
+// takes it out, as `rdma-netns install --claims-entry` and
+// `--remove-claims-entry` do, and checks the file says so: Multus reads the
+// cluster network's file at each pod's ADD.
+func claimsEntry(t *testing.T, in bool) {
+	t.Helper()
+	change := cniinstall.RemoveClaimsEntry
+	if in {
+		change = cniinstall.EnsureClaimsEntry
+	}
+	path, _, err := change(filepath.Dir(node.MultusConf), "rdma-netns")
+	if err != nil {
+		t.Fatalf("claims entry %v: %v", in, err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if has := strings.Contains(string(b), `"claims":true`) || strings.Contains(string(b), `"claims": true`); has != in {
+		t.Fatalf("%s: the claims entry there is %v, want %v:\n%s", path, has, in, b)
+	}
 }
 
 // benchTemplate is conf's template from asking n NICs, named prefix-<n>.

@@ -116,6 +116,8 @@ type draRig struct {
 	slice map[string]map[resourceapi.QualifiedName]resourceapi.DeviceAttribute
 	// host is the host's netdevs and RDMA devices before the first pod.
 	host []string
+	// set is more of the chart's values (helm --set) for enable.
+	set []string
 }
 
 func (d *draRig) nicByPCI(pci string) (rig.NIC, bool) {
@@ -144,14 +146,15 @@ func (d *draRig) enable() {
 	for i, n := range d.nics {
 		pcis[i] = n.PCI
 	}
-	applyChartDRA(t, pcis)
+	applyChartDRA(t, pcis, d.set...)
 	d.waitDriver(true)
 }
 
 // chartDRA renders the chart with dra.enabled, the suite's image, the
 // driver offering the NICs of PCI addresses pcis on every node (none: the
-// chart's default, every NIC; what removeChartDRA deletes is the same).
-func chartDRA(t *testing.T, pcis []string) []byte {
+// chart's default, every NIC; what removeChartDRA deletes is the same),
+// and the values of set (helm --set).
+func chartDRA(t *testing.T, pcis []string, set ...string) []byte {
 	t.Helper()
 	sv, err := cs.Discovery().ServerVersion()
 	if err != nil {
@@ -163,6 +166,9 @@ func chartDRA(t *testing.T, pcis []string) []byte {
 		"--set", "image.repository=" + imageRepo, "--set", "image.tag=" + newTag, "--set", "dra.enabled=true"}
 	if len(pcis) > 0 {
 		args = append(args, "--set", "dra.pciAddresses={"+strings.Join(pcis, ",")+"}")
+	}
+	for _, v := range set {
+		args = append(args, "--set", v)
 	}
 	cmd := helmCmd(args...)
 	var stderr strings.Builder
@@ -177,9 +183,9 @@ func chartDRA(t *testing.T, pcis []string) []byte {
 // applyChartDRA applies the chart with dra.enabled over the installed
 // DaemonSet, the driver offering the NICs of PCI addresses pcis on every
 // node; it does not wait for the pods.
-func applyChartDRA(t *testing.T, pcis []string) {
+func applyChartDRA(t *testing.T, pcis []string, set ...string) {
 	t.Helper()
-	if err := apply(ctx(t), chartDRA(t, pcis)); err != nil {
+	if err := apply(ctx(t), chartDRA(t, pcis, set...)); err != nil {
 		t.Fatalf("apply the chart with dra.enabled: %v", err)
 	}
 }
@@ -376,7 +382,7 @@ func tokenClient(t *testing.T, token string) kubernetes.Interface {
 func (d *draRig) cleanup() {
 	t := d.t
 	c := ctx(t)
-	for _, name := range []string{draConfPod, "dra-b", "dra-c", "dra-one", "dra-race-1", "dra-race-2", "dra-alias", "dra-victim", "dra-noattach", "dra-plain", "dra-nodriver", attachConfPod, "attach-b"} {
+	for _, name := range []string{draConfPod, "dra-b", "dra-c", "dra-one", "dra-race-1", "dra-race-2", "dra-alias", "dra-victim", "dra-noattach", "dra-plain", "dra-nodriver", attachConfPod, "attach-b", "attach-badconfig", "dra-unattached"} {
 		_ = cs.CoreV1().Pods("default").Delete(c, name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
 	}
 	removeChartDRA(t)
@@ -1237,21 +1243,38 @@ const refusedWindow = 10 * time.Second
 // nics, its claim's NICs, on the host.
 func startsNothing(t *testing.T, ns, pod, why string, noSandbox bool, nics []rig.NIC) {
 	t.Helper()
+	refuse(t, ns, refusedPod{name: pod, why: why, noSandbox: noSandbox, nics: nics})
+}
+
+// refusedPod is a pod that must start nothing: why it is refused, whether
+// it must have no sandbox, and its claim's NICs.
+type refusedPod struct {
+	name, why string
+	noSandbox bool
+	nics      []rig.NIC
+}
+
+// refuse watches the pods together for refusedWindow, as startsNothing
+// watches one.
+func refuse(t *testing.T, ns string, pods ...refusedPod) {
+	t.Helper()
 	for end := time.Now().Add(refusedWindow); ; time.Sleep(2 * time.Second) {
-		p, err := cs.CoreV1().Pods(ns).Get(ctx(t), pod, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := noContainerStarted(p); err != nil {
-			t.Fatalf("%s %s: %v", pod, why, err)
-		}
-		if noSandbox {
-			if n := sandboxesLabelled(t, map[string]string{"io.kubernetes.pod.uid": string(p.UID)}); n != 0 {
-				t.Fatalf("%s %s: %d sandboxes, want none: its claim was not prepared", pod, why, n)
+		for _, r := range pods {
+			p, err := cs.CoreV1().Pods(ns).Get(ctx(t), r.name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
 			}
-		}
-		if away, err := rig.Missing(nics); err != nil || len(away) > 0 {
-			t.Fatalf("%s %s: its NIC left the host: %v %v", pod, why, away, err)
+			if err := noContainerStarted(p); err != nil {
+				t.Fatalf("%s %s: %v", r.name, r.why, err)
+			}
+			if r.noSandbox {
+				if n := sandboxesLabelled(t, map[string]string{"io.kubernetes.pod.uid": string(p.UID)}); n != 0 {
+					t.Fatalf("%s %s: %d sandboxes, want none: its claim was not prepared", r.name, r.why, n)
+				}
+			}
+			if away, err := rig.Missing(r.nics); err != nil || len(away) > 0 {
+				t.Fatalf("%s %s: its NIC left the host: %v %v", r.name, r.why, away, err)
+			}
 		}
 		if time.Now().After(end) {
 			return
@@ -1479,22 +1502,21 @@ func waitNICsHome(t *testing.T, nics []rig.NIC) {
 func waitNoClaimRecords(t *testing.T) {
 	t.Helper()
 	var claims []*drarecord.Claim
-	var bad []string
-	if err := cririg.Wait(time.Minute, "no DRA claim record on the node", func() (bool, error) {
+	var bad, specs []string
+	// Unprepare removes the claim's CDI specs too: the NICs' right after
+	// its record, the device metadata's (the kubelet plugin helper's) once
+	// the driver has answered.
+	if err := cririg.Wait(time.Minute, "no DRA claim record and no CDI spec of the driver on the node", func() (bool, error) {
 		st, err := os.Stat(draRecordDir)
 		if err != nil || !st.IsDir() {
 			return false, fmt.Errorf("the record directory %s: %v", draRecordDir, err)
 		}
 		claims, bad, err = drarecord.Dir(draRecordDir).List()
-		return err == nil && len(claims) == 0 && len(bad) == 0, err
+		specs, _ = filepath.Glob(filepath.Join(cdi.DefaultDir, drarecord.DriverName+"_*"))
+		return err == nil && len(claims) == 0 && len(bad) == 0 && len(specs) == 0, err
 	}); err != nil {
 		out, _ := exec.Command("ls", "-l", draRecordDir).CombinedOutput()
-		t.Errorf("%v: %d records, damaged %v:\n%s", err, len(claims), bad, out)
-	}
-	// Unprepare removes the claim's CDI specs right after its record: the
-	// NICs' and the device metadata's (the kubelet plugin helper's).
-	if specs, _ := filepath.Glob(filepath.Join(cdi.DefaultDir, drarecord.DriverName+"_*")); len(specs) > 0 {
-		t.Errorf("no claim record is left, but CDI specs are: %v", specs)
+		t.Errorf("%v: %d records, damaged %v, CDI specs %v:\n%s", err, len(claims), bad, specs, out)
 	}
 }
 

@@ -115,8 +115,15 @@ func (d *draRig) claimOnly(t *testing.T) {
 	waitNoAttachRecords(t)
 	d.sliceUnchanged(t, "the claim-only pods deleted")
 	d.claimOnlyWithoutMultus(t, before)
-	d.claimConfigInvalid(t)
-	d.claimNeverAttached(t)
+	// Two pods refused at once, watched over one window.
+	waitUnattached := d.claimNeverAttached(t)
+	bad, badUID := d.claimConfigInvalid(t)
+	unattached := waitUnattached()
+	refuse(t, "default", bad, unattached)
+	recordGone(t, badUID)
+	deletePods(t, "default", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}, bad.name, unattached.name)
+	waitNICsHome(t, unattached.nics)
+	waitNoClaimRecords(t)
 }
 
 // claimNeverAttached: a pod whose claimed NIC nothing attaches (a claim
@@ -126,20 +133,21 @@ func (d *draRig) claimOnly(t *testing.T) {
 // spec. So the pod never runs without its NIC, whatever left it out of
 // the sandbox (here its author; on a node, the claims entry missing from
 // the primary network while the sandbox was made), and the NIC stays
-// home. Without CDI devices such a pod ran, without its NIC.
-func (d *draRig) claimNeverAttached(t *testing.T) {
+// home. Without CDI devices such a pod ran, without its NIC. It creates
+// the pod and returns what waits for the refusal and gives the pod for
+// refuse to watch.
+func (d *draRig) claimNeverAttached(t *testing.T) func() refusedPod {
 	const pod = "dra-unattached"
 	p := draPod(pod, draOneTemplate, 0, 0)
 	p.Annotations = nil
 	p.Spec.Containers[0].Resources.Claims = []corev1.ResourceClaim{{Name: "nics"}}
 	createPod(t, p)
-	ev := waitEventReason(t, "default", pod, "Failed", "CDI", "nic.rdma-netns.io/nic=")
-	t.Logf("a claim pod whose NIC nothing attached: %s: %s", ev.Reason, ev.Message)
-	_, nics := d.claimNICs(t, pod)
-	startsNothing(t, "default", pod, "whose NIC nothing attached", false, nics)
-	deletePod(t, "default", pod, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
-	waitNICsHome(t, nics)
-	waitNoClaimRecords(t)
+	return func() refusedPod {
+		ev := waitEventReason(t, "default", pod, "Failed", "CDI", "nic.rdma-netns.io/nic=")
+		t.Logf("a claim pod whose NIC nothing attached: %s: %s", ev.Reason, ev.Message)
+		_, nics := d.claimNICs(t, pod)
+		return refusedPod{name: pod, why: "whose NIC nothing attached", nics: nics}
+	}
 }
 
 // verbsNodesByCDI checks a claim pod that opted out of the NRI plugin:
@@ -245,8 +253,9 @@ func jobLine(t *testing.T, pod, ctr string, nics []rig.NIC) {
 // would take for interfaceName) is allocated, but its Prepare fails: the
 // kubelet's FailedPrepareDynamicResources names the request and the key,
 // no record is written, the pod gets no sandbox and no container starts,
-// and its NIC stays on the host.
-func (d *draRig) claimConfigInvalid(t *testing.T) {
+// and its NIC stays on the host. It returns the pod for refuse to watch,
+// and its claim's UID.
+func (d *draRig) claimConfigInvalid(t *testing.T) (refusedPod, string) {
 	const pod, claimName = "attach-badconfig", "attach-badconfig"
 	c := ctx(t)
 	claim := &resourceapi.ResourceClaim{
@@ -285,10 +294,7 @@ func (d *draRig) claimConfigInvalid(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	nics := d.allocatedNICs(t, allocated)
-	startsNothing(t, "default", pod, "with an invalid configuration", true, nics)
-	recordGone(t, string(created.UID))
-	deletePod(t, "default", pod, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+	return refusedPod{name: pod, why: "with an invalid configuration", noSandbox: true, nics: d.allocatedNICs(t, allocated)}, string(created.UID)
 }
 
 // attachPod is a pod written with nothing but its claim of template: no
