@@ -157,13 +157,8 @@ func plainPodTimes(t *testing.T, name string) podTimes {
 		t.Fatal(err)
 	}
 	ready := func() int {
-		resp, err := ctd.Runtime.ListPodSandbox(ctx(t), &runtimeapi.ListPodSandboxRequest{Filter: &runtimeapi.PodSandboxFilter{
-			LabelSelector: map[string]string{"io.kubernetes.pod.uid": string(p.UID)},
-			State:         &runtimeapi.PodSandboxStateValue{State: runtimeapi.PodSandboxState_SANDBOX_READY}}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return len(resp.Items)
+		return sandboxesIn(t, map[string]string{"io.kubernetes.pod.uid": string(p.UID)},
+			&runtimeapi.PodSandboxStateValue{State: runtimeapi.PodSandboxState_SANDBOX_READY})
 	}
 	if ready() != 1 {
 		t.Fatalf("pod %s Running without one ready sandbox", name)

@@ -57,7 +57,13 @@ func sandboxesOf(t *testing.T, name string) int {
 // kubelet's labels given: io.kubernetes.pod.uid for one pod object alone.
 func sandboxesLabelled(t *testing.T, labels map[string]string) int {
 	t.Helper()
-	resp, err := ctd.Runtime.ListPodSandbox(ctx(t), &runtimeapi.ListPodSandboxRequest{Filter: &runtimeapi.PodSandboxFilter{LabelSelector: labels}})
+	return sandboxesIn(t, labels, nil)
+}
+
+// sandboxesIn counts the sandboxes with labels in state (nil: any).
+func sandboxesIn(t *testing.T, labels map[string]string, state *runtimeapi.PodSandboxStateValue) int {
+	t.Helper()
+	resp, err := ctd.Runtime.ListPodSandbox(ctx(t), &runtimeapi.ListPodSandboxRequest{Filter: &runtimeapi.PodSandboxFilter{LabelSelector: labels, State: state}})
 	if err != nil {
 		t.Fatal(err)
 	}
